@@ -1,0 +1,149 @@
+"""The ``relay`` command line: usage texts and dispatch.
+
+Each command imports what it needs only when it runs, so administrative
+commands stay fast and never load gevent, docker or redis.
+"""
+
+import sys
+
+from docopt import DocoptExit, docopt
+
+from relay import __version__
+
+USAGE = """\
+Relay runs functions in Docker containers for events read from a Redis Stream.
+
+Usage:
+  relay <command> [<args>...]
+  relay (-h | --help)
+  relay --version
+
+Commands:
+  start       Run Relay in the foreground until SIGTERM or SIGINT.
+  health      Check that Redis and the Docker engine answer.
+  stats       Show the latest operational statistics.
+  function    List the loaded functions or inspect one.
+  secret      List, set or remove secrets in the local store.
+  git         Sync /functions from a git repository over SSH.
+
+Options:
+  -h --help   Show this help.
+  --version   Show Relay's version.
+
+Run 'relay <command> --help' for the help of one command.
+"""
+
+COMMANDS = {
+    "start": """\
+Run Relay in the foreground: consume the stream, run matching functions.
+
+Usage:
+  relay start
+  relay start (-h | --help)
+
+Configuration comes from the environment (REDIS_URI, REDIS_STREAM,
+REDIS_GROUP are required; see the README for the rest). Relay stops taking
+work on SIGTERM or SIGINT, lets running invocations finish, and exits 0.
+""",
+    "health": """\
+Check Relay's dependencies: PING Redis and ping the Docker engine.
+
+Usage:
+  relay health
+  relay health (-h | --help)
+
+Reads REDIS_URI and the Docker client variables (DOCKER_HOST,
+DOCKER_TLS_VERIFY, DOCKER_CERT_PATH). Exits 0 when both answer, else 1
+with the first failing check on stderr.
+""",
+    "stats": """\
+Show the latest operational statistics from the local state database.
+
+Usage:
+  relay stats
+  relay stats (-h | --help)
+""",
+    "function": """\
+List the functions Relay has loaded, or show one in detail.
+
+Usage:
+  relay function ls
+  relay function inspect <name>
+  relay function (-h | --help)
+""",
+    "secret": """\
+Manage secrets in the local store (/var/lib/relay/secrets).
+
+Usage:
+  relay secret ls
+  relay secret set <name>
+  relay secret rm <name>
+  relay secret (-h | --help)
+
+'secret set' reads the value from the terminal without echo, or from all of
+standard input when it is not a terminal.
+""",
+    "git": """\
+Sync /functions from a git repository over SSH.
+
+Usage:
+  relay git keygen
+  relay git set <repository> [--ref=<ref>] [--path=<path>] [--webhook-secret=<name>]
+  relay git sync
+  relay git status
+  relay git remove
+  relay git (-h | --help)
+
+Options:
+  --ref=<ref>              Branch, tag or commit to check out [default: main].
+  --path=<path>            Directory of the repository that holds the functions.
+  --webhook-secret=<name>  Secret that signs GitHub webhook deliveries.
+""",
+}
+
+# Commands whose capability has not landed yet, and what brings it.
+NOT_YET_AVAILABLE = {
+    "stats": "the local state database",
+    "function": "the local state database",
+    "secret": "the secret store",
+    "git": "git sync",
+}
+
+
+def run(argv, imported_before_patch=()):
+    """Run the command in *argv* (without the program name); return the exit code."""
+    if not argv:
+        print(USAGE, file=sys.stderr, end="")
+        return 2
+    try:
+        top = docopt(USAGE, argv=argv, version=f"relay {__version__}", options_first=True)
+        command = top["<command>"]
+        if command not in COMMANDS:
+            raise DocoptExit(f"relay: unknown command {command!r}; see 'relay --help'")
+        docopt(COMMANDS[command], argv=[command, *top["<args>"]])
+    except DocoptExit as usage:
+        print(_usage_error(argv, usage), file=sys.stderr)
+        return 2
+    except SystemExit as done:  # --help and --version print and exit 0
+        return done.code or 0
+
+    if command == "start":
+        from relay.supervisor import start
+
+        return start(imported_before_patch)
+    if command == "health":
+        from relay.health import health
+
+        return health()
+    subcommand = " ".join(word for word in argv if not word.startswith("-"))
+    print(f"relay {subcommand}: not available in Relay {__version__} yet; "
+          f"it arrives with {NOT_YET_AVAILABLE[command]}", file=sys.stderr)
+    return 2
+
+
+def _usage_error(argv, usage):
+    """One line naming what was wrong, then the usage lines of that command."""
+    first = str(usage.code).splitlines()[0]
+    if not first.startswith("relay:"):
+        first = f"relay: invalid arguments: {' '.join(argv) or '(none)'}"
+    return f"{first}\n{DocoptExit.usage}"

@@ -1,0 +1,70 @@
+"""Connections to Relay's two dependencies, with errors that say what failed.
+
+Importing this module imports redis and docker: only ``relay start`` and
+``relay health`` use it.
+"""
+
+import docker
+import redis
+from docker.errors import DockerException
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+
+from relay.errors import DependencyError
+
+CONNECT_TIMEOUT = 5.0  # seconds for a first answer; fail fast, not forever
+
+
+def connect_redis(settings):
+    """A Redis client for *settings*; it connects lazily, see ``ping_redis``.
+
+    redis-py's own retries are off: a failed command fails at once, and the
+    loop that issued it decides how to back off and when to warn.
+    """
+    return redis.Redis(
+        host=settings.host,
+        port=settings.port,
+        username=settings.username,
+        password=settings.password,
+        db=settings.db,
+        ssl=settings.tls,
+        socket_connect_timeout=CONNECT_TIMEOUT,
+        socket_keepalive=True,
+        health_check_interval=30,
+        decode_responses=False,
+        retry=Retry(NoBackoff(), 0),
+    )
+
+
+def ping_redis(client, settings):
+    try:
+        client.ping()
+    except redis.RedisError as error:
+        raise DependencyError(f"Redis at {settings.redacted} is unreachable: {_reason(error)}") from None
+
+
+def connect_docker(docker_env):
+    """A Docker client from the DOCKER_* variables in *docker_env*; pings the engine."""
+    where = docker_env.get("DOCKER_HOST", "unix:///var/run/docker.sock")
+    try:
+        client = docker.from_env(environment=dict(docker_env), version="auto", timeout=CONNECT_TIMEOUT)
+        client.ping()
+    except DockerException as error:
+        raise DependencyError(f"Docker engine at {where} is unreachable: {_reason(error)}") from None
+    except Exception as error:  # docker-py lets requests' and urllib3's errors through
+        raise DependencyError(f"Docker engine at {where} is unreachable: {_reason(error)}") from None
+    return client
+
+
+def _reason(error):
+    """The innermost cause's words: 'Connection refused' beats three wrappers."""
+    seen = error
+    while True:
+        inner = seen.__cause__ or seen.__context__
+        if inner is None:
+            break
+        seen = inner
+    if isinstance(seen, OSError) and seen.strerror:
+        return seen.strerror
+    text = str(seen) or type(seen).__name__
+    return text if len(text) <= 300 else text[:297] + "..."

@@ -1,0 +1,221 @@
+"""Relay's configuration: read from the environment once, validated, frozen.
+
+``load_config(environ)`` is called once by ``relay start``; nothing reads
+``os.environ`` after it. Every invalid value raises ConfigError with one line
+that names the variable, the offending value (never a password) and what is
+accepted. For an optional variable an empty value means unset.
+"""
+
+import re
+import socket
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from urllib.parse import unquote, urlsplit
+
+from relay.durations import DurationError, parse_duration
+from relay.errors import ConfigError
+
+FUNCTIONS_DIR = "/functions"
+STATE_DIR = "/var/lib/relay"
+
+LOG_LEVELS = ("DEBUG", "INFO", "WARN", "ERROR")
+DOCKER_VARIABLES = ("DOCKER_HOST", "DOCKER_TLS_VERIFY", "DOCKER_CERT_PATH")
+DEFAULT_MAX_CONCURRENCY = 8
+DEFAULT_MAX_BUFFERED_EVENTS = 16
+DEFAULT_REDIS_PORT = 6379
+
+_REDIS_URI_FORMS = "host:port, redis://[user:password@]host[:port][/db] or rediss://… for TLS"
+_LISTEN_FORMS = "[host]:port, e.g. :9090 or 127.0.0.1:9090, with a port from 1 to 65535"
+_HOST = re.compile(r"^(?:\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_.-]+)$")
+
+
+@dataclass(frozen=True, kw_only=True)
+class RedisSettings:
+    """Where Redis is and how to log in; ``redacted`` is safe to print."""
+
+    host: str
+    port: int
+    username: str | None = None
+    password: str | None = field(default=None, repr=False)
+    db: int = 0
+    tls: bool = False
+
+    @property
+    def redacted(self):
+        scheme = "rediss" if self.tls else "redis"
+        user = self.username or ""
+        login = f"{user}:***@" if self.password else (f"{user}@" if user else "")
+        return f"{scheme}://{login}{_bracket(self.host)}:{self.port}/{self.db}"
+
+
+@dataclass(frozen=True, kw_only=True)
+class ListenAddress:
+    host: str  # "" means every interface
+    port: int
+
+    def __str__(self):
+        return f"{_bracket(self.host)}:{self.port}"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Config:
+    """Everything ``relay start`` needs from its environment."""
+
+    redis: RedisSettings
+    stream: str
+    group: str
+    consumer: str
+    retention: int | None = None  # nanoseconds; None disables trimming
+    metrics_addr: ListenAddress | None = None
+    webhook_addr: ListenAddress | None = None
+    log_level: str = "INFO"
+    max_concurrency: int = DEFAULT_MAX_CONCURRENCY
+    max_buffered_events: int = DEFAULT_MAX_BUFFERED_EVENTS
+    docker_env: MappingProxyType = field(default_factory=lambda: MappingProxyType({}))
+
+
+def load_config(environ, hostname=None):
+    """Build the Config of ``relay start`` from a mapping of environment variables."""
+    return Config(
+        redis=load_redis_settings(environ),
+        stream=_required(environ, "REDIS_STREAM"),
+        group=_required(environ, "REDIS_GROUP"),
+        consumer=hostname or socket.gethostname(),
+        retention=_retention(environ),
+        metrics_addr=_listen_address(environ, "METRICS_ADDR"),
+        webhook_addr=_listen_address(environ, "GIT_WEBHOOK_ADDR"),
+        log_level=load_log_level(environ),
+        max_concurrency=_positive_int(environ, "MAX_CONCURRENCY", DEFAULT_MAX_CONCURRENCY),
+        max_buffered_events=_positive_int(environ, "MAX_BUFFERED_EVENTS", DEFAULT_MAX_BUFFERED_EVENTS),
+        docker_env=load_docker_env(environ),
+    )
+
+
+def load_redis_settings(environ):
+    return parse_redis_uri(_required(environ, "REDIS_URI"))
+
+
+def load_docker_env(environ):
+    """The Docker client variables, handed untouched to docker-py."""
+    return MappingProxyType({name: environ[name] for name in DOCKER_VARIABLES if environ.get(name)})
+
+
+def load_log_level(environ):
+    raw = environ.get("LOG_LEVEL", "")
+    level = raw.strip().upper()
+    if not level:
+        return "INFO"
+    if level not in LOG_LEVELS:
+        raise ConfigError(f"LOG_LEVEL={raw!r} is not a log level; use one of {', '.join(LOG_LEVELS)}")
+    return level
+
+
+def parse_redis_uri(value):
+    """Parse REDIS_URI: a plain host:port or a redis:// / rediss:// DSN."""
+    if "://" not in value:
+        host, port = _split_host_port(value)
+        if not host or port is None:
+            raise ConfigError(f"REDIS_URI={value!r} is not a Redis address; use {_REDIS_URI_FORMS}")
+        return RedisSettings(host=host, port=_port("REDIS_URI", value, port))
+
+    parts = urlsplit(value)
+    shown = _without_password(value, parts)
+    if parts.scheme not in ("redis", "rediss"):
+        raise ConfigError(f"REDIS_URI={shown!r} has an unknown scheme {parts.scheme!r}; use {_REDIS_URI_FORMS}")
+    if parts.query or parts.fragment:
+        raise ConfigError(f"REDIS_URI={shown!r} has options Relay does not read; use {_REDIS_URI_FORMS}")
+    host, port = _split_host_port(parts.netloc.rpartition("@")[2])
+    if not host:
+        raise ConfigError(f"REDIS_URI={shown!r} names no host; use {_REDIS_URI_FORMS}")
+    db_text = parts.path.lstrip("/")
+    if db_text and not db_text.isdigit():
+        raise ConfigError(f"REDIS_URI={shown!r} has database {db_text!r}; a database is a number such as /0")
+    return RedisSettings(
+        host=host,
+        port=DEFAULT_REDIS_PORT if port is None else _port("REDIS_URI", shown, port),
+        username=unquote(parts.username) if parts.username else None,
+        password=unquote(parts.password) if parts.password is not None else None,
+        db=int(db_text or 0),
+        tls=parts.scheme == "rediss",
+    )
+
+
+def parse_listen_address(name, value):
+    host, port = _split_host_port(value)
+    if port is None:
+        raise ConfigError(f"{name}={value!r} is not a listen address; use {_LISTEN_FORMS}")
+    number = _port(name, value, port, forms=_LISTEN_FORMS)
+    return ListenAddress(host=host, port=number)
+
+
+def _required(environ, name):
+    value = environ.get(name, "")
+    if not value.strip():
+        raise ConfigError(f"{name} is required and must not be empty")
+    return value
+
+
+def _retention(environ):
+    raw = environ.get("REDIS_STREAM_RETENTION", "")
+    if not raw:
+        return None
+    try:
+        retention = parse_duration(raw)
+    except DurationError as error:
+        raise ConfigError(
+            f"REDIS_STREAM_RETENTION={raw!r} is not a duration ({error}); use a Go duration such as 6h or 90m"
+        ) from None
+    if retention <= 0:
+        raise ConfigError(f"REDIS_STREAM_RETENTION={raw!r} must be longer than zero, e.g. 6h")
+    return retention
+
+
+def _listen_address(environ, name):
+    raw = environ.get(name, "")
+    return parse_listen_address(name, raw) if raw else None
+
+
+def _positive_int(environ, name, default):
+    raw = environ.get(name, "")
+    if not raw:
+        return default
+    text = raw.strip()
+    if not (text.isascii() and text.isdigit()) or int(text) == 0:
+        raise ConfigError(f"{name}={raw!r} must be a positive whole number such as {default}")
+    return int(text)
+
+
+def _split_host_port(text):
+    """Split "host:port", "[v6]:port", ":port" or "host"; the port stays text."""
+    if text.startswith("["):
+        host, bracket, rest = text[1:].partition("]")
+        if not bracket or (rest and not rest.startswith(":")):
+            return None, None
+        port = rest[1:] if rest else None
+        host = f"[{host}]" if host else ""
+    else:
+        host, colon, port = text.rpartition(":")
+        if not colon:
+            host, port = text, None
+        elif ":" in host:
+            return None, None  # an IPv6 address needs brackets
+    if host and not _HOST.match(host):
+        return None, None
+    return host.strip("[]"), port
+
+
+def _port(name, shown, port, forms=_REDIS_URI_FORMS):
+    if not (port.isascii() and port.isdigit()) or not 0 < int(port) < 65536:
+        raise ConfigError(f"{name}={shown!r} has port {port!r}; use {forms}")
+    return int(port)
+
+
+def _without_password(value, parts):
+    if parts.password is None:
+        return value
+    user = parts.username or ""
+    return value.replace(parts.netloc.rpartition("@")[0], f"{user}:***", 1)
+
+
+def _bracket(host):
+    return f"[{host}]" if ":" in host else host

@@ -1,0 +1,139 @@
+"""Go duration strings: exactly the grammar of Go's ``time.ParseDuration``.
+
+Templates and REDIS_STREAM_RETENTION were specified for a Go program, so
+"1h30m", ".5s", "1.s", "-0" and "300µs" mean here what they mean there, and
+"1d", "5" and "" are rejected the same way. Durations are integers of
+nanoseconds, like Go's ``time.Duration``.
+"""
+
+NANOSECOND = 1
+MICROSECOND = 1000 * NANOSECOND
+MILLISECOND = 1000 * MICROSECOND
+SECOND = 1000 * MILLISECOND
+MINUTE = 60 * SECOND
+HOUR = 60 * MINUTE
+
+_UNITS = {
+    "ns": NANOSECOND,
+    "us": MICROSECOND,
+    "\u00b5s": MICROSECOND,  # micro sign
+    "\u03bcs": MICROSECOND,  # Greek small letter mu
+    "ms": MILLISECOND,
+    "s": SECOND,
+    "m": MINUTE,
+    "h": HOUR,
+}
+_LIMIT = 1 << 63  # magnitude of the most negative int64
+
+
+class DurationError(ValueError):
+    """A string that Go's time.ParseDuration would reject."""
+
+
+def parse_duration(text):
+    """Return the duration *text* means, in nanoseconds, or raise DurationError."""
+    rest = text
+    negative = False
+    if rest[:1] in ("-", "+"):
+        negative = rest[0] == "-"
+        rest = rest[1:]
+    if rest == "0":
+        return 0
+    if not rest:
+        raise DurationError(f"invalid duration {text!r}")
+    total = 0
+    while rest:
+        if not (rest[0] == "." or _is_digit(rest[0])):
+            raise DurationError(f"invalid duration {text!r}")
+        whole, rest, digits_before = _leading_int(rest, text)
+        fraction, scale, digits_after = 0, 1.0, False
+        if rest[:1] == ".":
+            fraction, scale, rest, digits_after = _leading_fraction(rest[1:])
+        if not (digits_before or digits_after):
+            raise DurationError(f"invalid duration {text!r}")
+        end = 0
+        while end < len(rest) and not (rest[end] == "." or _is_digit(rest[end])):
+            end += 1
+        if end == 0:
+            raise DurationError(f"missing unit in duration {text!r}")
+        unit_name, rest = rest[:end], rest[end:]
+        unit = _UNITS.get(unit_name)
+        if unit is None:
+            raise DurationError(f"unknown unit {unit_name!r} in duration {text!r}")
+        if whole > _LIMIT // unit:
+            raise DurationError(f"invalid duration {text!r}")
+        value = whole * unit
+        if fraction:
+            # Go uses float64 here too; matching it keeps rounding identical.
+            value += int(float(fraction) * (float(unit) / scale))
+            if value > _LIMIT:
+                raise DurationError(f"invalid duration {text!r}")
+        total += value
+        if total > _LIMIT:
+            raise DurationError(f"invalid duration {text!r}")
+    if negative:
+        return -total
+    if total > _LIMIT - 1:
+        raise DurationError(f"invalid duration {text!r}")
+    return total
+
+
+def format_duration(nanoseconds):
+    """Render a duration the way Go's ``Duration.String`` does ("1m30s", "250ms")."""
+    if nanoseconds == 0:
+        return "0s"
+    sign = "-" if nanoseconds < 0 else ""
+    value = abs(nanoseconds)
+    if value < SECOND:
+        for unit, name in ((MILLISECOND, "ms"), (MICROSECOND, "\u00b5s"), (NANOSECOND, "ns")):
+            if value >= unit:
+                return sign + _decimal(value, unit) + name
+    hours, value = divmod(value, HOUR)
+    minutes, value = divmod(value, MINUTE)
+    text = _decimal(value, SECOND) + "s"
+    if hours:
+        return f"{sign}{hours}h{minutes}m{text}"
+    if minutes:
+        return f"{sign}{minutes}m{text}"
+    return sign + text
+
+
+def _decimal(value, unit):
+    whole, fraction = divmod(value, unit)
+    if not fraction:
+        return str(whole)
+    width = len(str(unit)) - 1
+    return f"{whole}.{fraction:0{width}d}".rstrip("0")
+
+
+def _is_digit(char):
+    return "0" <= char <= "9"
+
+
+def _leading_int(text, original):
+    end = 0
+    value = 0
+    while end < len(text) and _is_digit(text[end]):
+        value = value * 10 + ord(text[end]) - 48
+        if value > _LIMIT:
+            raise DurationError(f"invalid duration {original!r}")
+        end += 1
+    return value, text[end:], end > 0
+
+
+def _leading_fraction(text):
+    """Digits after the dot; past int64 precision they are read but ignored, as in Go."""
+    end = 0
+    value = 0
+    scale = 1.0
+    overflow = False
+    while end < len(text) and _is_digit(text[end]):
+        if not overflow:
+            candidate = value * 10 + ord(text[end]) - 48
+            if value > (_LIMIT - 1) // 10 or candidate > _LIMIT:
+                overflow = True
+            else:
+                value = candidate
+                scale *= 10
+        end += 1
+    return value, scale, text[end:], end > 0
