@@ -1,0 +1,3 @@
+def handler(event):
+    user = event["old_image"]
+    print(f"User deleted: {user['id']}")

@@ -1,0 +1,3 @@
+def handler(event):
+    user = event["new_image"]
+    print(f"User updated: {user['id']}")

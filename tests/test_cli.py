@@ -1,0 +1,83 @@
+"""The command line: help everywhere, version, usage errors, honest exits, light imports."""
+
+import subprocess
+import sys
+
+import pytest
+
+from relay import __version__
+from relay.cli import COMMANDS
+from tests.conftest import ROOT, run_relay
+
+NOT_YET = [
+    ("stats",), ("function", "ls"), ("function", "inspect", "user-events-python"), ("secret", "ls"),
+    ("secret", "set", "database-url"), ("secret", "rm", "database-url"), ("git", "keygen"),
+    ("git", "set", "git@github.com:acme/repo.git"), ("git", "sync"), ("git", "status"), ("git", "remove"),
+]
+
+
+def test_version():
+    result = run_relay("--version")
+    assert (result.returncode, result.stdout) == (0, f"relay {__version__}\n")
+
+
+@pytest.mark.parametrize("flag", ["-h", "--help"])
+def test_top_level_help(flag):
+    result = run_relay(flag)
+    assert result.returncode == 0
+    for command in COMMANDS:
+        assert f"\n  {command} " in result.stdout
+
+
+@pytest.mark.parametrize("command", sorted(COMMANDS))
+def test_every_command_has_help(command):
+    result = run_relay(command, "--help")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith(COMMANDS[command].splitlines()[0])
+    assert f"relay {command}" in result.stdout
+
+
+@pytest.mark.parametrize("args", [("git", "set", "--help"), ("secret", "ls", "-h"), ("function", "inspect", "--help")])
+def test_help_after_a_subcommand(args):
+    result = run_relay(*args)
+    assert result.returncode == 0 and f"relay {args[0]}" in result.stdout
+
+
+@pytest.mark.parametrize(("args", "first_line"), [
+    ((), "Relay runs functions"),
+    (("bogus",), "relay: unknown command 'bogus'; see 'relay --help'"),
+    (("git", "set"), "relay: invalid arguments: git set"),
+    (("secret", "set", "a", "b"), "relay: invalid arguments: secret set a b"),
+    (("start", "--bogus"), "relay: invalid arguments: start --bogus"),
+    (("function", "rm", "x"), "relay: invalid arguments: function rm x"),
+])
+def test_usage_errors_exit_2(args, first_line):
+    result = run_relay(*args)
+    assert result.returncode == 2
+    assert result.stderr.splitlines()[0].startswith(first_line)
+    assert "Usage:" in result.stderr and result.stdout == ""
+
+
+@pytest.mark.parametrize("args", NOT_YET)
+def test_commands_not_landed_yet_say_so(args):
+    result = run_relay(*args)
+    assert result.returncode == 2
+    assert result.stdout == ""
+    assert result.stderr.startswith(f"relay {' '.join(args[:2])}")
+    assert "not available" in result.stderr and result.stderr.count("\n") == 1
+
+
+HEAVY = ("gevent", "docker", "redis", "requests", "urllib3", "yaml")
+
+
+@pytest.mark.parametrize("args", [("--version",), ("--help",), *NOT_YET])
+def test_admin_commands_import_nothing_heavy(args):
+    probe = (
+        "import sys\n"
+        "from relay.entry import main\n"
+        f"code = main({list(args)!r})\n"
+        f"heavy = sorted(m for m in sys.modules if m.split('.')[0] in {HEAVY!r})\n"
+        "print('HEAVY', heavy, file=sys.stderr)\n"
+    )
+    result = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert "HEAVY []" in result.stderr, result.stderr

@@ -1,0 +1,193 @@
+"""Every configuration rule: required variables, formats, defaults, messages."""
+
+import dataclasses
+
+import pytest
+
+from relay.config import (
+    DEFAULT_MAX_BUFFERED_EVENTS, DEFAULT_MAX_CONCURRENCY, ListenAddress, RedisSettings, load_config,
+    load_docker_env, parse_redis_uri,
+)
+from relay.durations import HOUR, MINUTE, SECOND
+from relay.errors import ConfigError, RelayError
+
+REQUIRED = {"REDIS_URI": "redis:6379", "REDIS_STREAM": "events", "REDIS_GROUP": "relay"}
+
+
+def config(**variables):
+    return load_config({**REQUIRED, **variables}, hostname="worker-1")
+
+
+def rejected(**variables):
+    with pytest.raises(ConfigError) as caught:
+        config(**variables)
+    message = str(caught.value)
+    assert "\n" not in message
+    return message
+
+
+def test_defaults():
+    loaded = config()
+    assert loaded.redis == RedisSettings(host="redis", port=6379)
+    assert (loaded.stream, loaded.group, loaded.consumer) == ("events", "relay", "worker-1")
+    assert loaded.retention is None
+    assert loaded.metrics_addr is None and loaded.webhook_addr is None
+    assert loaded.log_level == "INFO"
+    assert (loaded.max_concurrency, loaded.max_buffered_events) == (8, 16)
+    assert (DEFAULT_MAX_CONCURRENCY, DEFAULT_MAX_BUFFERED_EVENTS) == (8, 16)
+    assert dict(loaded.docker_env) == {}
+
+
+def test_config_is_frozen():
+    loaded = config()
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        loaded.stream = "other"
+    with pytest.raises(TypeError):
+        loaded.docker_env["DOCKER_HOST"] = "tcp://x:1"
+
+
+def test_consumer_defaults_to_the_hostname():
+    import socket
+
+    assert load_config(REQUIRED).consumer == socket.gethostname()
+
+
+def test_config_errors_are_relay_errors():
+    assert issubclass(ConfigError, RelayError)
+
+
+@pytest.mark.parametrize("name", ["REDIS_URI", "REDIS_STREAM", "REDIS_GROUP"])
+@pytest.mark.parametrize("value", [None, "", "   "])
+def test_required_variables(name, value):
+    variables = dict(REQUIRED)
+    if value is None:
+        del variables[name]
+    else:
+        variables[name] = value
+    with pytest.raises(ConfigError, match=f"^{name} is required and must not be empty$"):
+        load_config(variables, hostname="h")
+
+
+@pytest.mark.parametrize(("uri", "expected"), [
+    ("redis:6379", RedisSettings(host="redis", port=6379)),
+    ("127.0.0.1:6380", RedisSettings(host="127.0.0.1", port=6380)),
+    ("[::1]:6379", RedisSettings(host="::1", port=6379)),
+    ("redis://redis:6379", RedisSettings(host="redis", port=6379)),
+    ("redis://redis", RedisSettings(host="redis", port=6379)),
+    ("redis://user:pa%40ss@redis:6390", RedisSettings(host="redis", port=6390, username="user", password="pa@ss")),
+    ("redis://:secret@redis:6379/2", RedisSettings(host="redis", port=6379, password="secret", db=2)),
+    ("rediss://user:pw@cache.example.com:6380", RedisSettings(
+        host="cache.example.com", port=6380, username="user", password="pw", tls=True)),
+    ("redis://[::1]:7000/0", RedisSettings(host="::1", port=7000)),
+])
+def test_redis_uri_forms(uri, expected):
+    assert parse_redis_uri(uri) == expected
+
+
+@pytest.mark.parametrize(("uri", "fragment"), [
+    ("redis", "is not a Redis address"),
+    ("redis:", "has port ''"),
+    ("redis:port", "has port 'port'"),
+    ("redis:0", "has port '0'"),
+    ("redis:65536", "has port '65536'"),
+    (":6379", "is not a Redis address"),
+    ("::1:6379", "is not a Redis address"),
+    ("http://redis:6379", "unknown scheme 'http'"),
+    ("redis://", "names no host"),
+    ("redis://redis:6379/zero", "database 'zero'"),
+    ("redis://redis:6379?timeout=1", "options Relay does not read"),
+    ("redis://bad host:6379", "is not a Redis address"),
+])
+def test_redis_uri_rejected(uri, fragment):
+    message = rejected(REDIS_URI=uri)
+    assert message.startswith("REDIS_URI=")
+    assert fragment in message
+    assert "host:port" in message or "database" in message
+
+
+def test_redis_password_never_in_errors_or_repr():
+    message = rejected(REDIS_URI="redis://admin:hunter2@redis:notaport")
+    assert "hunter2" not in message and "admin:***@" in message
+    settings = parse_redis_uri("rediss://admin:hunter2@redis:6379")
+    assert "hunter2" not in repr(settings) and "hunter2" not in settings.redacted
+    assert settings.redacted == "rediss://admin:***@redis:6379/0"
+
+
+@pytest.mark.parametrize(("value", "expected"), [
+    ("6h", 6 * HOUR), ("90m", 90 * MINUTE), ("1h30m", 90 * MINUTE), ("1.5s", 1500 * SECOND // 1000), ("", None),
+])
+def test_retention(value, expected):
+    assert config(REDIS_STREAM_RETENTION=value).retention == expected
+
+
+@pytest.mark.parametrize(("value", "fragment"), [
+    ("0", "must be longer than zero"), ("-5m", "must be longer than zero"), ("0s", "must be longer than zero"),
+    ("6", "missing unit"), ("1d", "unknown unit"), ("six hours", "is not a duration"),
+])
+def test_retention_rejected(value, fragment):
+    message = rejected(REDIS_STREAM_RETENTION=value)
+    assert message.startswith(f"REDIS_STREAM_RETENTION={value!r}") and fragment in message
+
+
+@pytest.mark.parametrize("name", ["METRICS_ADDR", "GIT_WEBHOOK_ADDR"])
+@pytest.mark.parametrize(("value", "expected"), [
+    (":9090", ListenAddress(host="", port=9090)),
+    ("0.0.0.0:9090", ListenAddress(host="0.0.0.0", port=9090)),
+    ("127.0.0.1:8081", ListenAddress(host="127.0.0.1", port=8081)),
+    ("localhost:8081", ListenAddress(host="localhost", port=8081)),
+    ("[::]:9090", ListenAddress(host="::", port=9090)),
+    ("", None),
+])
+def test_listen_addresses(name, value, expected):
+    attribute = {"METRICS_ADDR": "metrics_addr", "GIT_WEBHOOK_ADDR": "webhook_addr"}[name]
+    assert getattr(config(**{name: value}), attribute) == expected
+
+
+@pytest.mark.parametrize("name", ["METRICS_ADDR", "GIT_WEBHOOK_ADDR"])
+@pytest.mark.parametrize("value", ["9090", "localhost", ":http", ":0", ":70000", "a b:80", "::1:80", "[::1]x:80"])
+def test_listen_addresses_rejected(name, value):
+    message = rejected(**{name: value})
+    assert message.startswith(f"{name}={value!r}") and ":9090" in message
+
+
+def test_listen_address_text():
+    assert str(ListenAddress(host="", port=9090)) == ":9090"
+    assert str(ListenAddress(host="::1", port=9090)) == "[::1]:9090"
+
+
+@pytest.mark.parametrize(("value", "expected"), [
+    ("DEBUG", "DEBUG"), ("info", "INFO"), ("Warn", "WARN"), (" error \n", "ERROR"), ("", "INFO"), ("  ", "INFO"),
+])
+def test_log_level(value, expected):
+    assert config(LOG_LEVEL=value).log_level == expected
+
+
+@pytest.mark.parametrize("value", ["WARNING", "trace", "fatal", "1", "INFO,DEBUG"])
+def test_log_level_rejected(value):
+    message = rejected(LOG_LEVEL=value)
+    assert message.startswith(f"LOG_LEVEL={value!r}")
+    assert "DEBUG, INFO, WARN, ERROR" in message
+
+
+@pytest.mark.parametrize("name", ["MAX_CONCURRENCY", "MAX_BUFFERED_EVENTS"])
+@pytest.mark.parametrize(("value", "expected"), [("1", 1), ("32", 32), (" 4 ", 4), ("", None)])
+def test_limits(name, value, expected):
+    loaded = config(**{name: value})
+    default = {"MAX_CONCURRENCY": 8, "MAX_BUFFERED_EVENTS": 16}[name]
+    assert getattr(loaded, name.lower()) == (default if expected is None else expected)
+
+
+@pytest.mark.parametrize("name", ["MAX_CONCURRENCY", "MAX_BUFFERED_EVENTS"])
+@pytest.mark.parametrize("value", ["0", "-1", "1.5", "abc", "+4", "1e3", "٣"])
+def test_limits_rejected(name, value):
+    message = rejected(**{name: value})
+    assert message.startswith(f"{name}={value!r}") and "positive whole number" in message
+
+
+def test_docker_variables_are_captured_once():
+    environ = {**REQUIRED, "DOCKER_HOST": "tcp://proxy:2375", "DOCKER_TLS_VERIFY": "", "DOCKER_CERT_PATH": "/certs"}
+    loaded = load_config(environ, hostname="h")
+    assert dict(loaded.docker_env) == {"DOCKER_HOST": "tcp://proxy:2375", "DOCKER_CERT_PATH": "/certs"}
+    environ["DOCKER_HOST"] = "changed"
+    assert loaded.docker_env["DOCKER_HOST"] == "tcp://proxy:2375"
+    assert dict(load_docker_env({})) == {}

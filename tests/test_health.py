@@ -1,0 +1,68 @@
+"""``relay health`` against a real redis-server and the real Docker engine."""
+
+import pytest
+
+from tests.conftest import RedisServer, base_env, free_port, run_relay
+
+
+def test_healthy(redis_server, docker_engine):
+    result = run_relay("health", env=base_env(REDIS_URI=redis_server.address))
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == [
+        f"redis: ok (redis://{redis_server.address}/0)",
+        "docker: ok (unix:///var/run/docker.sock)",
+    ]
+    assert result.stderr == ""
+
+
+def test_redis_down(docker_engine):
+    port = free_port()
+    result = run_relay("health", env=base_env(REDIS_URI=f"redis://127.0.0.1:{port}"))
+    assert result.returncode == 1
+    assert result.stderr == f"relay health: Redis at redis://127.0.0.1:{port}/0 is unreachable: Connection refused\n"
+
+
+def test_docker_socket_dead(redis_server, tmp_path):
+    socket_path = tmp_path / "dead.sock"
+    result = run_relay("health", env=base_env(REDIS_URI=redis_server.address, DOCKER_HOST=f"unix://{socket_path}"))
+    assert result.returncode == 1
+    assert result.stdout.startswith("redis: ok")
+    assert result.stderr == (
+        f"relay health: Docker engine at unix://{socket_path} is unreachable: No such file or directory\n")
+
+
+def test_docker_port_closed(redis_server):
+    port = free_port()
+    result = run_relay("health", env=base_env(REDIS_URI=redis_server.address, DOCKER_HOST=f"tcp://127.0.0.1:{port}"))
+    assert result.returncode == 1
+    assert "Docker engine at tcp://127.0.0.1:" in result.stderr and "Connection refused" in result.stderr
+
+
+def test_needs_only_redis_uri(redis_server, docker_engine):
+    env = base_env(REDIS_URI=redis_server.address, LOG_LEVEL="nonsense", MAX_CONCURRENCY="0")
+    assert run_relay("health", env=env).returncode == 0
+
+
+def test_missing_redis_uri():
+    result = run_relay("health", env=base_env())
+    assert result.returncode == 1
+    assert result.stderr == "relay health: REDIS_URI is required and must not be empty\n"
+
+
+@pytest.fixture
+def password_redis(tmp_path):
+    server = RedisServer(tmp_path, password="s3cr3t-pw").start()
+    yield server
+    server.stop()
+
+
+def test_password_never_printed(password_redis, docker_engine):
+    good = run_relay("health", env=base_env(REDIS_URI=f"redis://default:s3cr3t-pw@{password_redis.address}"))
+    assert good.returncode == 0, good.stderr
+    bad = run_relay("health", env=base_env(REDIS_URI=f"redis://default:wr0ng-pw@{password_redis.address}"))
+    assert bad.returncode == 1
+    assert "invalid username-password pair" in bad.stderr
+    for result in (good, bad):
+        output = result.stdout + result.stderr
+        assert "s3cr3t-pw" not in output and "wr0ng-pw" not in output
+        assert "default:***@" in output

@@ -1,0 +1,181 @@
+"""``relay start`` as a real process: fail fast, consumer group, orderly signals."""
+
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tests.conftest import ROOT, base_env, free_port, relay_command
+
+STREAM, GROUP = "events", "relay"
+
+
+def start_env(redis_server, **overrides):
+    return base_env(**{"REDIS_URI": redis_server.address, "REDIS_STREAM": STREAM, "REDIS_GROUP": GROUP, **overrides})
+
+
+class RelayProcess:
+    def __init__(self, env, command=None):
+        self.process = subprocess.Popen(command or relay_command("start"), cwd=ROOT, env=env, text=True,
+                                        stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        self.lines = []
+
+    def wait_for(self, fragment, timeout=30):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            line = self.process.stderr.readline()
+            if not line:
+                break
+            self.lines.append(line)
+            if fragment in line:
+                return line
+        self.process.kill()
+        pytest.fail(f"{fragment!r} never appeared; stderr so far:\n{''.join(self.lines)}")
+
+    def stop(self, signum=signal.SIGTERM, timeout=30):
+        self.process.send_signal(signum)
+        _, rest = self.process.communicate(timeout=timeout)
+        self.lines.extend(rest.splitlines(keepends=True))
+        return self.process.returncode
+
+    @property
+    def stderr(self):
+        return "".join(self.lines)
+
+
+@pytest.fixture
+def relay_process():
+    started = []
+
+    def launch(env, command=None):
+        started.append(RelayProcess(env, command))
+        return started[-1]
+
+    yield launch
+    for item in started:
+        if item.process.poll() is None:
+            item.process.kill()
+            item.process.wait()
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_signal_ends_an_idle_start_with_exit_0(redis_server, redis_client, docker_engine, relay_process, signum):
+    relay = relay_process(start_env(redis_server))
+    relay.wait_for('msg="Relay started"')
+    assert relay.stop(signum) == 0
+    assert 'msg="Relay stopping"' in relay.stderr and 'msg="Relay stopped"' in relay.stderr
+    assert "Traceback" not in relay.stderr
+
+
+def test_group_is_created_at_the_start_of_the_stream(redis_server, redis_client, docker_engine, relay_process):
+    early = redis_client.xadd(STREAM, {"event": '{"event_name": "INSERT"}'})
+    relay = relay_process(start_env(redis_server))
+    relay.wait_for('msg="Relay started"')
+    assert relay.stop() == 0
+    (group,) = redis_client.xinfo_groups(STREAM)
+    assert group["name"] == GROUP.encode() and group["last-delivered-id"] == b"0-0"
+    delivered = redis_client.xreadgroup(GROUP, "probe", {STREAM: ">"})
+    assert [entry_id for entry_id, _ in delivered[0][1]] == [early]
+
+
+def test_group_on_a_missing_stream_creates_the_stream(redis_server, redis_client, docker_engine, relay_process):
+    relay = relay_process(start_env(redis_server))
+    relay.wait_for('msg="Relay started"')
+    assert redis_client.type(STREAM) == b"stream"
+    assert 'msg="Created consumer group"' in relay.stderr
+    assert relay.stop() == 0
+
+
+def test_an_existing_group_is_kept(redis_server, redis_client, docker_engine, relay_process):
+    redis_client.xadd(STREAM, {"event": "{}"})
+    redis_client.xgroup_create(STREAM, GROUP, id="$")
+    relay = relay_process(start_env(redis_server))
+    relay.wait_for('msg="Relay started"')
+    assert relay.stop() == 0
+    (group,) = redis_client.xinfo_groups(STREAM)
+    assert group["last-delivered-id"] != b"0-0"
+    assert "Created consumer group" not in relay.stderr
+
+
+def test_consumer_name_is_the_hostname(redis_server, redis_client, docker_engine, relay_process):
+    relay = relay_process(start_env(redis_server))
+    line = relay.wait_for('msg="Relay started"')
+    assert f"consumer={socket.gethostname()}" in line
+    assert relay.stop() == 0
+
+
+def test_a_key_of_the_wrong_type_fails_clearly(redis_server, redis_client, docker_engine):
+    redis_client.set(STREAM, "not a stream")
+    result = subprocess.run(relay_command("start"), cwd=ROOT, env=start_env(redis_server), capture_output=True,
+                            text=True, timeout=60)
+    assert result.returncode == 1
+    assert f"cannot create consumer group '{GROUP}' on stream '{STREAM}': WRONGTYPE" in result.stderr
+
+
+@pytest.mark.parametrize(("variables", "message"), [
+    ({"REDIS_GROUP": ""}, "relay start: REDIS_GROUP is required and must not be empty\n"),
+    ({"LOG_LEVEL": "WARNING"}, "relay start: LOG_LEVEL='WARNING' is not a log level; use one of DEBUG, INFO, WARN, ERROR\n"),
+    ({"MAX_BUFFERED_EVENTS": "-1"}, "relay start: MAX_BUFFERED_EVENTS='-1' must be a positive whole number such as 16\n"),
+    ({"REDIS_STREAM_RETENTION": "0"}, "relay start: REDIS_STREAM_RETENTION='0' must be longer than zero, e.g. 6h\n"),
+    ({"METRICS_ADDR": "9090"}, "relay start: METRICS_ADDR='9090' is not a listen address; "
+                                "use [host]:port, e.g. :9090 or 127.0.0.1:9090, with a port from 1 to 65535\n"),
+])
+def test_a_bad_value_stops_start_with_one_line(redis_server, variables, message):
+    result = subprocess.run(relay_command("start"), cwd=ROOT, env=start_env(redis_server, **variables),
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 1
+    assert result.stderr == message
+
+
+def test_unreachable_redis_fails_fast(docker_engine):
+    port = free_port()
+    env = base_env(REDIS_URI=f"redis://user:topsecret@127.0.0.1:{port}", REDIS_STREAM=STREAM, REDIS_GROUP=GROUP)
+    began = time.monotonic()
+    result = subprocess.run(relay_command("start"), cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 1
+    assert time.monotonic() - began < 20
+    assert (f'level=ERROR msg="Relay cannot start" error="Redis at redis://user:***@127.0.0.1:{port}/0 '
+            'is unreachable: Connection refused"') in result.stderr
+    assert "topsecret" not in result.stderr
+
+
+def test_unreachable_docker_fails_fast(redis_server, redis_client, tmp_path):
+    env = start_env(redis_server, DOCKER_HOST=f"unix://{tmp_path}/nothing.sock")
+    result = subprocess.run(relay_command("start"), cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 1
+    assert f'error="Docker engine at unix://{tmp_path}/nothing.sock is unreachable: No such file or directory"' \
+        in result.stderr
+    assert not redis_client.exists(STREAM)
+
+
+IMPORT_PROBE = """
+import sys
+record = open(sys.argv[1], "w")
+
+class Watch:
+    def find_spec(self, name, path=None, target=None):
+        if name in ("redis", "docker", "urllib3", "requests", "ssl"):
+            patched = "gevent.monkey" in sys.modules and sys.modules["gevent.monkey"].is_module_patched("socket")
+            record.write(f"{name} patched={patched}\\n")
+            record.flush()
+        return None
+
+sys.meta_path.insert(0, Watch())
+from relay.entry import main
+sys.exit(main(["start"]))
+"""
+
+
+def test_heavy_modules_are_imported_only_after_gevent_patched(redis_server, redis_client, docker_engine,
+                                                              relay_process, tmp_path):
+    record = tmp_path / "imports.txt"
+    relay = relay_process(start_env(redis_server), [sys.executable, "-c", IMPORT_PROBE, str(record)])
+    relay.wait_for('msg="Relay started"')
+    assert relay.stop() == 0
+    seen = record.read_text().splitlines()
+    assert {line.split()[0] for line in seen} >= {"redis", "docker", "urllib3", "requests"}
+    assert all(line.endswith("patched=True") for line in seen), seen
+    assert "imported before gevent" not in relay.stderr
