@@ -125,6 +125,8 @@ def parse_redis_uri(value):
     if parts.query or parts.fragment:
         raise ConfigError(f"REDIS_URI={shown!r} has options Relay does not read; use {_REDIS_URI_FORMS}")
     host, port = _split_host_port(parts.netloc.rpartition("@")[2])
+    if host is None:
+        raise ConfigError(f"REDIS_URI={shown!r} is not a Redis address; use {_REDIS_URI_FORMS}")
     if not host:
         raise ConfigError(f"REDIS_URI={shown!r} names no host; use {_REDIS_URI_FORMS}")
     db_text = parts.path.lstrip("/")
