@@ -35,7 +35,7 @@ def main():
     if not pyz.exists():
         subprocess.run([sys.executable, str(ROOT / "build_zipapp.py"), "-o", str(pyz)], check=True)
     with tempfile.TemporaryDirectory() as cache, redis_server() as address:
-        env = {**os.environ, "RELAY_PYZ_CACHE": cache, "REDIS_URI": address, "PYTHONPATH": str(ROOT)}
+        env = {**os.environ, "RELAY_PYZ_CACHE": cache, "REDIS_URI": address}
         ways = {"relay.pyz": [str(pyz)], "python -m relay": [options.python, "-m", "relay"]}
         for way in ways.values():
             run(way + ["--version"], env)  # untimed: extracts relay.pyz into the cache
