@@ -1,0 +1,346 @@
+"""The pattern compiler: a template's pattern, checked once, turned into closures.
+
+A pattern maps event fields to conditions:
+
+* a list is implicit equality: ``status: [COMPLETED, FAILED]``;
+* a mapping whose keys are all operators holds operators, several of them on
+  one field being alternatives (OR): ``{exists: false, prefix: ["12"]}``;
+* a mapping with no operator key holds nested fields;
+* sibling fields must all hold (AND); the values listed for one operator are
+  alternatives (OR).
+
+``compile_pattern`` validates the whole tree and reports every problem with
+its field path; the Pattern it returns evaluates an event without looking at
+the raw pattern again. Matching never raises, whatever JSON it is given.
+"""
+
+import math
+import re
+import time
+from datetime import datetime, timedelta, timezone
+
+from relay.durations import DurationError, parse_duration
+from relay.functions.problems import InvalidTemplate, Problems, join, show
+
+OPERATORS = ("equals", "prefix", "suffix", "exists", "gt", "gte", "lt", "lte")
+_COMPARISONS = {
+    "gt": lambda value, bound: value > bound,
+    "gte": lambda value, bound: value >= bound,
+    "lt": lambda value, bound: value < bound,
+    "lte": lambda value, bound: value <= bound,
+}
+_MISSING = object()
+_NOW = re.compile(r"now\(\)(?:([+-])([0-9.].*))?", re.ASCII | re.DOTALL)
+_RFC3339 = re.compile(
+    r"(\d{4})-(\d\d)-(\d\d)T(\d\d):(\d\d):(\d\d)(?:\.(\d{1,9}))?(?:(Z)|([+-])(\d\d):(\d\d))", re.ASCII)
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+_SCALARS = (str, int, float, bool, type(None))
+
+
+class Pattern:
+    """A compiled pattern. ``matches(event, now=None)`` says whether *event* fits.
+
+    *now* (an aware datetime; naive means UTC) fixes the instant that now()
+    expressions are measured from; by default it is the time of the call.
+    """
+
+    __slots__ = ("_test", "source")
+
+    def __init__(self, test, source):
+        self._test = test
+        self.source = source
+
+    def matches(self, event, now=None):
+        if type(event) is not dict:
+            return False
+        return self._test(event, None if now is None else _nanoseconds(now))
+
+    def __repr__(self):
+        return f"Pattern({self.source!r})"
+
+
+def compile_pattern(pattern, path="pattern", problems=None):
+    """Compile *pattern*; raise TemplateError listing every problem found.
+
+    When a Problems collector is given, problems are added to it instead and
+    the returned Pattern is None if there were any.
+    """
+    collector = Problems() if problems is None else problems
+    before = len(collector)
+    if not isinstance(pattern, dict) or not pattern:
+        collector.add(path, f"must be a mapping of event fields to conditions, not {show(pattern)}")
+        test = None
+    else:
+        test = _fields(pattern, path, collector)[0]
+    if problems is None:
+        collector.raise_if_any("pattern")
+    return Pattern(test, pattern) if len(collector) == before else None
+
+
+def _fields(mapping, path, problems):
+    """Compile a mapping of fields (AND) into a test on a dict, and the result
+    the mapping has when its parent is missing (or is not an object)."""
+    tests = []
+    when_parent_missing = True
+    for key, condition in mapping.items():
+        field_path = join(path, key)
+        if not isinstance(key, str):
+            problems.add(field_path, f"field name {show(key)} is not a string; quote it in the YAML")
+            continue
+        compiled = _field(key, condition, field_path, problems)
+        if compiled is not None:
+            tests.append(compiled[0])
+            when_parent_missing = when_parent_missing and compiled[1]
+    tests = tuple(tests)
+
+    def test(event, now):
+        for field in tests:
+            if not field(event, now):
+                return False
+        return True
+
+    return test, when_parent_missing
+
+
+def _field(key, condition, path, problems):
+    """Compile one field's condition; return (test on the parent dict, result when missing)."""
+    if isinstance(condition, list):
+        operands = _operand_list(condition, path, problems, "implicit equality")
+        return None if operands is None else _equality_field(key, operands, path, problems)
+    if not isinstance(condition, dict) or not condition:
+        problems.add(path, f"must be a list of values, a mapping of operators or a mapping of nested fields, "
+                           f"not {show(condition)}")
+        return None
+    operators = [name for name in condition if name in OPERATORS]
+    if not operators:
+        fields, when_missing = _fields(condition, path, problems)
+
+        def nested(value, now):
+            return fields(value, now) if type(value) is dict else when_missing
+
+        return _present_field(key, (nested,), when_missing), when_missing
+    if len(operators) != len(condition):
+        others = [name for name in condition if name not in OPERATORS]
+        problems.add(path, f"mixes operators ({', '.join(operators)}) with nested fields ({', '.join(map(str, others))}); "
+                           f"put nested fields in their own mapping")
+        return None
+    if list(condition) == ["equals"]:
+        operands = _operand_list(condition["equals"], join(path, "equals"), problems, "equals")
+        return None if operands is None else _equality_field(key, operands, join(path, "equals"), problems)
+
+    value_tests = []
+    when_missing = False
+    for name, operand in condition.items():
+        operand_path = join(path, name)
+        if name == "exists":
+            if type(operand) is not bool:
+                problems.add(operand_path, f"must be true or false, not {show(operand)}")
+                continue
+            value_tests.append(_always if operand else _never)
+            when_missing = when_missing or not operand
+        else:
+            compiled = _operator(name, operand, operand_path, problems)
+            if compiled is not None:
+                value_tests.append(compiled)
+    return _present_field(key, tuple(value_tests), when_missing), when_missing
+
+
+def _operator(name, operand, path, problems):
+    operands = _operand_list(operand, path, problems, name)
+    if operands is None:
+        return None
+    if name in ("prefix", "suffix"):
+        wrong = [value for value in operands if type(value) is not str]
+        if wrong:
+            problems.add(path, f"{name} takes strings, not {show(wrong[0])}")
+            return None
+        return _prefix(tuple(operands)) if name == "prefix" else _suffix(tuple(operands))
+    if name == "equals":
+        return _equality_test(operands)
+    bounds = [_comparison_bound(value, path, problems) for value in operands]
+    if any(bound is None for bound in bounds):
+        return None
+    return _comparison(_COMPARISONS[name], tuple(bounds))
+
+
+def _operand_list(operand, path, problems, what):
+    operands = operand if isinstance(operand, list) else [operand]
+    if not operands:
+        problems.add(path, f"{what} needs at least one value; an empty list can never match")
+        return None
+    for index, value in enumerate(operands):
+        if not isinstance(value, _SCALARS):
+            where = join(path, index) if isinstance(operand, list) else path
+            problems.add(where, f"{what} takes plain values (strings, numbers, booleans, null), not {show(value)}")
+            return None
+    return operands
+
+
+def _comparison_bound(value, path, problems):
+    """A numeric bound as ("number", n) or a now() offset as ("now", nanoseconds)."""
+    if type(value) in (int, float):
+        if isinstance(value, float) and math.isnan(value):
+            problems.add(path, "NaN is not a number any value compares with")
+            return None
+        return ("number", value)
+    if type(value) is str:
+        found = _NOW.fullmatch(value)
+        if found:
+            sign, duration = found.groups()
+            if sign is None:
+                return ("now", 0)
+            try:
+                offset = parse_duration(duration)
+            except DurationError as error:
+                problems.add(path, f"{value!r}: {error}")
+                return None
+            return ("now", offset if sign == "+" else -offset)
+        if value.startswith("now"):
+            problems.add(path, f"{show(value)} is not a now() expression; write now(), now()-5m or now()+1h30m")
+        else:
+            problems.add(path, f"{show(value)} is neither a number nor a now() expression such as now()-5m")
+        return None
+    problems.add(path, f"takes a number or a now() expression, not {show(value)}")
+    return None
+
+
+# --- tests on a field of a dict -------------------------------------------------
+
+
+def _equality_field(key, operands, path, problems):
+    if all(type(value) is str for value in operands):
+        strings = frozenset(operands)
+
+        def test(container, now):
+            value = container.get(key)
+            return type(value) is str and value in strings
+    else:
+        equals = _equality_test(operands)
+
+        def test(container, now):
+            value = container.get(key, _MISSING)
+            return value is not _MISSING and equals(value, now)
+
+    return test, False
+
+
+def _present_field(key, value_tests, when_missing):
+    """A field whose alternatives (OR) are tests on its value when it is present."""
+    if len(value_tests) == 1:
+        (only,) = value_tests
+
+        def test(container, now):
+            value = container.get(key, _MISSING)
+            if value is _MISSING:
+                return when_missing
+            return only(value, now)
+    else:
+        def test(container, now):
+            value = container.get(key, _MISSING)
+            if value is _MISSING:
+                return when_missing
+            for alternative in value_tests:
+                if alternative(value, now):
+                    return True
+            return False
+
+    return test
+
+
+# --- tests on a value that is present ------------------------------------------
+
+
+def _always(value, now):
+    return True
+
+
+def _never(value, now):
+    return False
+
+
+def _equality_test(operands):
+    """Type-preserving equality: 1 == 1.0, but True != 1 and "1" != 1."""
+    strings = frozenset(value for value in operands if type(value) is str)
+    numbers = frozenset(value for value in operands if type(value) in (int, float))
+    booleans = frozenset(value for value in operands if type(value) is bool)
+    null = any(value is None for value in operands)
+
+    def test(value, now):
+        kind = type(value)
+        if kind is str:
+            return value in strings
+        if kind is int or kind is float:
+            return value in numbers
+        if kind is bool:
+            return value in booleans
+        return null and value is None
+
+    return test
+
+
+def _prefix(prefixes):
+    def test(value, now):
+        return type(value) is str and value.startswith(prefixes)
+
+    return test
+
+
+def _suffix(suffixes):
+    def test(value, now):
+        return type(value) is str and value.endswith(suffixes)
+
+    return test
+
+
+def _comparison(compare, bounds):
+    numbers = tuple(bound for kind, bound in bounds if kind == "number")
+    offsets = tuple(bound for kind, bound in bounds if kind == "now")
+
+    def test(value, now):
+        kind = type(value)
+        if kind is int or kind is float:
+            for bound in numbers:
+                if compare(value, bound):
+                    return True
+            return False
+        if kind is str and offsets:
+            instant = _instant(value)
+            if instant is None:
+                return False
+            reference = time.time_ns() if now is None else now
+            for offset in offsets:
+                if compare(instant, reference + offset):
+                    return True
+        return False
+
+    return test
+
+
+def _instant(text):
+    """Nanoseconds since the epoch of an RFC 3339 timestamp with offset, or None."""
+    found = _RFC3339.fullmatch(text)
+    if found is None:
+        return None
+    year, month, day, hour, minute, second, fraction, zulu, sign, off_hour, off_minute = found.groups()
+    try:
+        moment = datetime(int(year), int(month), int(day), int(hour), int(minute), int(second), tzinfo=timezone.utc)
+    except ValueError:
+        return None
+    offset = 0
+    if not zulu:
+        if int(off_hour) > 23 or int(off_minute) > 59:
+            return None
+        offset = (int(off_hour) * 60 + int(off_minute)) * 60 * (1 if sign == "+" else -1)
+    fraction_ns = int(fraction.ljust(9, "0")) if fraction else 0
+    return (_whole_seconds(moment) - offset) * 1_000_000_000 + fraction_ns
+
+
+def _whole_seconds(moment):
+    return (moment - _EPOCH) // timedelta(seconds=1)
+
+
+def _nanoseconds(now):
+    if now.tzinfo is None:
+        now = now.replace(tzinfo=timezone.utc)
+    delta = now - _EPOCH
+    return (delta.days * 86_400 + delta.seconds) * 1_000_000_000 + delta.microseconds * 1000

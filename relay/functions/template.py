@@ -1,0 +1,318 @@
+"""template.yaml: loading and validating a function's template.
+
+``parse_template(text, source)`` returns a Template or raises
+TemplateError listing every problem, each with the path of the field
+(``events[1].pattern.created_at.gt``), the offending value and the rule.
+Unknown keys in the template's own structure are errors, so a typo never
+silently does nothing; pattern field names are free.
+"""
+
+import re
+from dataclasses import dataclass
+from types import MappingProxyType
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+import yaml
+
+from relay.durations import MINUTE, SECOND, DurationError, format_duration, parse_duration
+from relay.functions.names import env_name_problem, secret_name_problem
+from relay.functions.patterns import Pattern, compile_pattern
+from relay.functions.problems import InvalidTemplate, Problems, join, show
+
+RUNTIMES = ("python3.14", "node24")
+DEFAULT_CONCURRENCY = 2
+DEFAULT_TIMEOUT = 6 * SECOND
+MAX_TIMEOUT = 5 * MINUTE
+DEFAULT_RETRIES = 4
+RESERVED_VARIABLES = frozenset({"RELAY_HANDLER"})
+
+_TOP_KEYS = ("runtime", "concurrency", "events", "schedules", "env", "secrets")
+_RULE_KEYS = ("handler", "pattern", "timeout", "retries")
+_SCHEDULE_KEYS = ("handler", "cron", "timezone", "timeout")
+_HANDLER = re.compile(r"((?:[A-Za-z0-9_][A-Za-z0-9_-]*\.)*[A-Za-z0-9_][A-Za-z0-9_-]*)\.([A-Za-z_$][A-Za-z0-9_$]*)",
+                      re.ASCII)
+_Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One entry of ``events``: run *handler* for events that match *pattern*."""
+
+    handler: str
+    module: str
+    function: str
+    pattern: Pattern
+    timeout: int = DEFAULT_TIMEOUT  # nanoseconds
+    retries: int = DEFAULT_RETRIES
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """One entry of ``schedules``: run *handler* at every occurrence of *cron* in *timezone*."""
+
+    handler: str
+    module: str
+    function: str
+    cron: str
+    timezone: str = "UTC"
+    timeout: int = DEFAULT_TIMEOUT  # nanoseconds
+
+
+@dataclass(frozen=True, eq=False)
+class Template:
+    runtime: str
+    concurrency: int
+    rules: tuple
+    schedules: tuple
+    env: MappingProxyType
+    secrets: MappingProxyType
+
+
+def parse_template(text, source="template.yaml"):
+    """Validate the YAML *text* of a template; *source* names it in errors."""
+    problems = Problems()
+    document, root = _load_yaml(text, source)
+    _check_duplicate_keys(root, "", problems)
+    if not isinstance(document, dict):
+        problems.add("", f"a template is a mapping with runtime and events or schedules, not {show(document)}")
+        problems.raise_if_any(source)
+    _unknown_keys(document, _TOP_KEYS, "", problems, "a template")
+
+    runtime = document.get("runtime")
+    if runtime is None:
+        problems.add("runtime", f"is required; use one of {', '.join(RUNTIMES)}")
+    elif runtime not in RUNTIMES:
+        problems.add("runtime", f"{show(runtime)} is not supported; use one of {', '.join(RUNTIMES)}")
+    concurrency = _positive_integer(document, "concurrency", DEFAULT_CONCURRENCY, problems)
+    rules = _entries(document, "events", _rule, problems)
+    schedules = _entries(document, "schedules", _schedule, problems)
+    if not document.get("events") and not document.get("schedules"):
+        problems.add("", "a template needs at least one entry in events or schedules")
+    env = _env(document, root, problems)
+    secrets = _secrets(document, env, problems)
+    problems.raise_if_any(source)
+    return Template(runtime=runtime, concurrency=concurrency, rules=tuple(rules), schedules=tuple(schedules),
+                    env=MappingProxyType(env), secrets=MappingProxyType(secrets))
+
+
+def _load_yaml(text, source):
+    """The constructed document and its node tree (for raw scalars and duplicate keys)."""
+    loader = _Loader(text)
+    try:
+        root = loader.get_single_node()
+        document = loader.construct_document(root) if root is not None else None
+    except yaml.YAMLError as error:
+        raise InvalidTemplate(source, [("", f"is not valid YAML: {' '.join(str(error).split())}")]) from None
+    finally:
+        loader.dispose()
+    return document, root
+
+
+def _check_duplicate_keys(node, path, problems):
+    if isinstance(node, yaml.MappingNode):
+        seen = set()
+        for key_node, value_node in node.value:
+            key = key_node.value if isinstance(key_node, yaml.ScalarNode) else None
+            if key is not None and key in seen:
+                problems.add(join(path, key), "is given twice; YAML would keep only the last one")
+            seen.add(key)
+            _check_duplicate_keys(value_node, join(path, key) if key is not None else path, problems)
+    elif isinstance(node, yaml.SequenceNode):
+        for index, item in enumerate(node.value):
+            _check_duplicate_keys(item, join(path, index), problems)
+
+
+def _unknown_keys(mapping, allowed, path, problems, what):
+    for key in mapping:
+        if key not in allowed:
+            problems.add(join(path, key), f"is not a key of {what}; use {', '.join(allowed)}")
+
+
+def _entries(document, key, parse_one, problems):
+    items = document.get(key)
+    if items is None:
+        return []
+    if not isinstance(items, list):
+        problems.add(key, f"must be a list, not {show(items)}")
+        return []
+    parsed = []
+    for index, item in enumerate(items):
+        path = join(key, index)
+        if not isinstance(item, dict):
+            problems.add(path, f"must be a mapping, not {show(item)}")
+            continue
+        entry = parse_one(item, path, problems)
+        if entry is not None:
+            parsed.append(entry)
+    return parsed
+
+
+def _rule(item, path, problems):
+    _unknown_keys(item, _RULE_KEYS, path, problems, "an events rule")
+    handler = _handler(item, path, problems)
+    pattern = None
+    if "pattern" not in item:
+        problems.add(join(path, "pattern"), "is required")
+    else:
+        pattern = compile_pattern(item["pattern"], join(path, "pattern"), problems)
+    timeout = _timeout(item, path, problems)
+    retries = _retries(item, path, problems)
+    if None in (handler, pattern, timeout, retries):
+        return None
+    return Rule(handler=handler[0], module=handler[1], function=handler[2], pattern=pattern, timeout=timeout,
+                retries=retries)
+
+
+def _schedule(item, path, problems):
+    _unknown_keys(item, _SCHEDULE_KEYS, path, problems, "a schedule")
+    handler = _handler(item, path, problems)
+    cron = _cron(item, path, problems)
+    timezone = _timezone(item, path, problems)
+    timeout = _timeout(item, path, problems)
+    if None in (handler, cron, timezone, timeout):
+        return None
+    return Schedule(handler=handler[0], module=handler[1], function=handler[2], cron=cron, timezone=timezone,
+                    timeout=timeout)
+
+
+def _handler(item, path, problems):
+    """(handler, module, function), split at the last dot, or None."""
+    value = item.get("handler")
+    where = join(path, "handler")
+    if value is None:
+        problems.add(where, "is required, as module.function (e.g. events.created.handler)")
+        return None
+    found = _HANDLER.fullmatch(value) if isinstance(value, str) else None
+    if found is None:
+        problems.add(where, f"{show(value)} is not of the form module.function (e.g. events.created.handler)")
+        return None
+    return value, found.group(1), found.group(2)
+
+
+def _timeout(item, path, problems):
+    if "timeout" not in item:
+        return DEFAULT_TIMEOUT
+    value = item["timeout"]
+    where = join(path, "timeout")
+    if not isinstance(value, str):
+        problems.add(where, f"{show(value)} is not a duration; write it as a Go duration such as 20s or 1m30s")
+        return None
+    try:
+        timeout = parse_duration(value)
+    except DurationError as error:
+        problems.add(where, f"{value!r} is not a duration ({error}); use e.g. 20s or 1m30s")
+        return None
+    if timeout <= 0:
+        problems.add(where, f"{value!r} must be longer than zero")
+        return None
+    if timeout > MAX_TIMEOUT:
+        problems.add(where, f"{value!r} is longer than the maximum of {format_duration(MAX_TIMEOUT)}")
+        return None
+    return timeout
+
+
+def _retries(item, path, problems):
+    if "retries" not in item:
+        return DEFAULT_RETRIES
+    value = item["retries"]
+    if type(value) is not int or value < 0:
+        problems.add(join(path, "retries"), f"{show(value)} must be a whole number of 0 or more")
+        return None
+    return value
+
+
+def _positive_integer(document, key, default, problems):
+    if key not in document:
+        return default
+    value = document[key]
+    if type(value) is not int or value < 1:
+        problems.add(key, f"{show(value)} must be a whole number of 1 or more")
+        return None
+    return value
+
+
+def _cron(item, path, problems):
+    from croniter import croniter
+
+    value = item.get("cron")
+    where = join(path, "cron")
+    if value is None:
+        problems.add(where, "is required, e.g. \"0 3 * * *\"")
+        return None
+    fields = value.split() if isinstance(value, str) else []
+    if len(fields) not in (5, 6):
+        problems.add(where, f"{show(value)} is not a cron expression of 5 fields (minute hour day-of-month month "
+                            f"day-of-week) or 6 (with seconds first)")
+        return None
+    if not croniter.is_valid(value, second_at_beginning=len(fields) == 6):
+        problems.add(where, f"{show(value)} is not a valid cron expression")
+        return None
+    return value
+
+
+def _timezone(item, path, problems):
+    value = item.get("timezone", "UTC")
+    where = join(path, "timezone")
+    if not isinstance(value, str) or not value:
+        problems.add(where, f"{show(value)} is not an IANA time zone such as Europe/Rome")
+        return None
+    try:
+        ZoneInfo(value)
+    except (ZoneInfoNotFoundError, ValueError):
+        problems.add(where, f"{value!r} is not an IANA time zone such as Europe/Rome or America/Sao_Paulo")
+        return None
+    return value
+
+
+def _env(document, root, problems):
+    """Literal variables; each value is the scalar text exactly as written."""
+    if "env" not in document or document["env"] is None:
+        return {}
+    node = _child_node(root, "env")
+    if not isinstance(node, yaml.MappingNode):
+        problems.add("env", f"must be a mapping of variable names to values, not {show(document['env'])}")
+        return {}
+    env = {}
+    for key_node, value_node in node.value:
+        name = key_node.value
+        where = join("env", name)
+        problem = env_name_problem(name) if isinstance(key_node, yaml.ScalarNode) else "is not a variable name"
+        if problem:
+            problems.add(where, problem)
+        elif name in RESERVED_VARIABLES:
+            problems.add(where, f"{name} is reserved by Relay")
+        elif not isinstance(value_node, yaml.ScalarNode):
+            problems.add(where, "must be a single value, not a list or mapping")
+        else:
+            env[name] = "" if value_node.tag == "tag:yaml.org,2002:null" and not value_node.value else value_node.value
+    return env
+
+
+def _secrets(document, env, problems):
+    """Variables whose values come from the secret store, by reference name."""
+    secrets = document.get("secrets")
+    if secrets is None:
+        return {}
+    if not isinstance(secrets, dict):
+        problems.add("secrets", f"must be a mapping of variable names to secret names, not {show(secrets)}")
+        return {}
+    valid = {}
+    for name, reference in secrets.items():
+        where = join("secrets", name)
+        problem = env_name_problem(name) or secret_name_problem(reference)
+        if problem:
+            problems.add(where, problem)
+        elif name in RESERVED_VARIABLES:
+            problems.add(where, f"{name} is reserved by Relay")
+        elif name in env:
+            problems.add(where, f"{name} is also set in env; a variable comes from env or from secrets, not both")
+        else:
+            valid[name] = reference
+    return valid
+
+
+def _child_node(root, key):
+    for key_node, value_node in root.value:
+        if isinstance(key_node, yaml.ScalarNode) and key_node.value == key:
+            return value_node
+    return None
