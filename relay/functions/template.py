@@ -102,10 +102,17 @@ def _load_yaml(text, source):
         root = loader.get_single_node()
         document = loader.construct_document(root) if root is not None else None
     except yaml.YAMLError as error:
-        raise InvalidTemplate(source, [("", f"is not valid YAML: {' '.join(str(error).split())}")]) from None
+        raise InvalidTemplate(source, [("", f"is not valid YAML: {_yaml_problem(error)}")]) from None
     finally:
         loader.dispose()
     return document, root
+
+
+def _yaml_problem(error):
+    problem = getattr(error, "problem", None) or str(error)
+    mark = getattr(error, "problem_mark", None)
+    where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+    return " ".join(f"{problem}{where}".split())
 
 
 def _check_duplicate_keys(node, path, problems):

@@ -1,0 +1,319 @@
+"""template.yaml validation: every accepted and rejected form, with precise messages."""
+
+import textwrap
+
+import pytest
+
+from relay.durations import MINUTE, SECOND
+from relay.errors import TemplateError
+from relay.functions import parse_template
+
+SOURCE = "/functions/demo/template.yaml"
+RULE = "events:\n  - handler: events.created.handler\n    pattern: {event_name: [INSERT]}\n"
+
+
+def parse(text):
+    return parse_template(textwrap.dedent(text), SOURCE)
+
+
+def problems(text):
+    with pytest.raises(TemplateError) as caught:
+        parse(text)
+    return str(caught.value)
+
+
+def with_rule(**fields):
+    """A python3.14 template with one rule whose extra fields are given as YAML text."""
+    extra = "".join(f"    {key}: {value}\n" for key, value in fields.items())
+    return "runtime: python3.14\n" + RULE + extra
+
+
+def with_schedule(**fields):
+    body = "".join(f"    {key}: {value}\n" for key, value in fields.items())
+    return "runtime: python3.14\nschedules:\n  - handler: jobs.cleanup.handler\n" + body
+
+
+REFERENCE_TEMPLATE = """
+runtime: python3.14
+concurrency: 2
+
+events:
+  - handler: events.created.handler
+    pattern:
+      event_name: [INSERT]
+      table_name: [users]
+
+  - handler: events.updated.handler
+    pattern:
+      event_name: [MODIFY]
+      table_name: [users]
+    timeout: 20s
+
+  - handler: events.deleted.handler
+    pattern:
+      event_name: [REMOVE]
+      table_name: [users]
+
+schedules:
+  - handler: jobs.cleanup.handler
+    cron: "0 3 * * *"
+
+  - handler: jobs.report.handler
+    cron: "0 8 * * 1-5"
+    timezone: "Europe/Rome"
+    timeout: 20s
+env:
+  API_URL: https://api.example.com
+secrets:
+  DATABASE_URL: database-url
+"""
+
+
+def test_the_reference_template():
+    template = parse(REFERENCE_TEMPLATE)
+    assert template.runtime == "python3.14" and template.concurrency == 2
+    assert [(rule.handler, rule.module, rule.function, rule.timeout, rule.retries) for rule in template.rules] == [
+        ("events.created.handler", "events.created", "handler", 6 * SECOND, 4),
+        ("events.updated.handler", "events.updated", "handler", 20 * SECOND, 4),
+        ("events.deleted.handler", "events.deleted", "handler", 6 * SECOND, 4),
+    ]
+    assert template.rules[1].pattern.matches({"event_name": "MODIFY", "table_name": "users"})
+    assert [(s.handler, s.cron, s.timezone, s.timeout) for s in template.schedules] == [
+        ("jobs.cleanup.handler", "0 3 * * *", "UTC", 6 * SECOND),
+        ("jobs.report.handler", "0 8 * * 1-5", "Europe/Rome", 20 * SECOND),
+    ]
+    assert dict(template.env) == {"API_URL": "https://api.example.com"}
+    assert dict(template.secrets) == {"DATABASE_URL": "database-url"}
+
+
+def test_defaults():
+    template = parse("runtime: node24\n" + RULE)
+    assert template.concurrency == 2
+    (rule,) = template.rules
+    assert (rule.timeout, rule.retries) == (6 * SECOND, 4)
+    assert template.schedules == () and dict(template.env) == {} and dict(template.secrets) == {}
+
+
+@pytest.mark.parametrize("runtime", ["python3.14", "node24"])
+def test_runtimes(runtime):
+    assert parse(f"runtime: {runtime}\n" + RULE).runtime == runtime
+
+
+@pytest.mark.parametrize(("line", "message"), [
+    ("", "runtime: is required; use one of python3.14, node24"),
+    ("runtime: python3.13\n", "runtime: 'python3.13' is not supported; use one of python3.14, node24"),
+    ("runtime: node\n", "runtime: 'node' is not supported"),
+    ("runtime: 3.14\n", "runtime: 3.14 is not supported"),
+])
+def test_bad_runtime(line, message):
+    assert message in problems(line + RULE)
+
+
+@pytest.mark.parametrize(("value", "expected"), [("1", 1), ("2", 2), ("16", 16)])
+def test_concurrency(value, expected):
+    assert parse(f"runtime: node24\nconcurrency: {value}\n" + RULE).concurrency == expected
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "1.5", "true", '"2"', "null", "[2]"])
+def test_bad_concurrency(value):
+    assert "concurrency: " in problems(f"runtime: node24\nconcurrency: {value}\n" + RULE)
+    assert "must be a whole number of 1 or more" in problems(f"runtime: node24\nconcurrency: {value}\n" + RULE)
+
+
+@pytest.mark.parametrize(("handler", "module", "function"), [
+    ("events.created.handler", "events.created", "handler"),
+    ("handler.handler", "handler", "handler"),
+    ("a.b", "a", "b"),
+    ("pkg.sub.mod.fn_2", "pkg.sub.mod", "fn_2"),
+    ("send-email.handler", "send-email", "handler"),
+    ("index.$main", "index", "$main"),
+])
+def test_handlers_split_at_the_last_dot(handler, module, function):
+    text = f"runtime: python3.14\nevents:\n  - handler: {handler}\n    pattern: {{a: [1]}}\n"
+    (rule,) = parse(text).rules
+    assert (rule.handler, rule.module, rule.function) == (handler, module, function)
+
+
+@pytest.mark.parametrize("handler", ["handler", "events.", ".handler", "a..b", "a.b-c", "a b.c", "1", "[a.b]", "''"])
+def test_bad_handlers(handler):
+    text = f"runtime: python3.14\nevents:\n  - handler: {handler}\n    pattern: {{a: [1]}}\n"
+    assert "events[0].handler: " in problems(text)
+    assert "is not of the form module.function" in problems(text)
+
+
+def test_handler_and_pattern_are_required():
+    text = problems("runtime: python3.14\nevents:\n  - timeout: 5s\n")
+    assert "events[0].handler: is required, as module.function" in text
+    assert "events[0].pattern: is required" in text
+
+
+@pytest.mark.parametrize(("value", "expected"), [
+    ("20s", 20 * SECOND), ("1m30s", 90 * SECOND), ("5m", 5 * MINUTE), ("300ms", 300 * SECOND // 1000),
+    ('"1s"', SECOND), ("4m59.9s", 5 * MINUTE - 100 * SECOND // 1000),
+])
+def test_timeouts(value, expected):
+    assert parse(with_rule(timeout=value)).rules[0].timeout == expected
+    assert parse(with_schedule(cron='"0 3 * * *"', timeout=value)).schedules[0].timeout == expected
+
+
+@pytest.mark.parametrize(("value", "message"), [
+    ("0s", "'0s' must be longer than zero"), ('"0"', "'0' must be longer than zero"), ("0", "0 is not a duration"),
+    ("-5s", "'-5s' must be longer than zero"), ("5m1s", "'5m1s' is longer than the maximum of 5m0s"),
+    ("1h", "'1h' is longer than the maximum"), ("20", "20 is not a duration"), ("abc", "'abc' is not a duration"),
+    ("1d", "unknown unit 'd'"), ("true", "True is not a duration"), ("null", "None is not a duration"),
+])
+def test_bad_timeouts(value, message):
+    assert f"events[0].timeout: " in problems(with_rule(timeout=value))
+    assert message in problems(with_rule(timeout=value))
+    assert message in problems(with_schedule(cron='"0 3 * * *"', timeout=value))
+
+
+@pytest.mark.parametrize(("value", "expected"), [("0", 0), ("1", 1), ("10", 10)])
+def test_retries(value, expected):
+    assert parse(with_rule(retries=value)).rules[0].retries == expected
+
+
+@pytest.mark.parametrize("value", ["-1", "abc", "1.5", "true", "false", '"4"', "null", "[1]"])
+def test_bad_retries(value):
+    text = problems(with_rule(retries=value))
+    assert "events[0].retries: " in text and "must be a whole number of 0 or more" in text
+
+
+@pytest.mark.parametrize(("cron", "timezone"), [
+    ('"0 3 * * *"', None), ('"0 8 * * 1-5"', '"Europe/Rome"'), ('"*/15 * * * *"', "America/Sao_Paulo"),
+    ('"30 0 3 * * *"', None), ('"*/10 * * * * *"', "UTC"), ('"0 0 1 1 *"', "Asia/Kolkata"),
+])
+def test_schedules(cron, timezone):
+    fields = {"cron": cron}
+    if timezone:
+        fields["timezone"] = timezone
+    (schedule,) = parse(with_schedule(**fields)).schedules
+    assert schedule.cron == cron.strip('"') and schedule.timezone == (timezone or "UTC").strip('"')
+
+
+@pytest.mark.parametrize(("fields", "message"), [
+    ({}, "schedules[0].cron: is required"),
+    ({"cron": '"0 3 * *"'}, "is not a cron expression of 5 fields"),
+    ({"cron": '"0 0 3 * * * 2026"'}, "is not a cron expression of 5 fields"),
+    ({"cron": '"@daily"'}, "is not a cron expression of 5 fields"),
+    ({"cron": '"61 3 * * *"'}, "'61 3 * * *' is not a valid cron expression"),
+    ({"cron": '"0 25 * * *"'}, "is not a valid cron expression"),
+    ({"cron": "5"}, "5 is not a cron expression"),
+    ({"cron": '"0 3 * * *"', "timezone": "Mars/Olympus"}, "schedules[0].timezone: 'Mars/Olympus' is not an IANA time zone"),
+    ({"cron": '"0 3 * * *"', "timezone": '""'}, "schedules[0].timezone: '' is not an IANA time zone"),
+    ({"cron": '"0 3 * * *"', "timezone": "../etc/passwd"}, "is not an IANA time zone"),
+    ({"cron": '"0 3 * * *"', "retries": "2"}, "schedules[0].retries: is not a key of a schedule"),
+])
+def test_bad_schedules(fields, message):
+    assert message in problems(with_schedule(**fields))
+
+
+def test_schedule_handler_required():
+    assert "schedules[0].handler: is required" in problems('runtime: node24\nschedules:\n  - cron: "0 3 * * *"\n')
+
+
+def test_a_template_with_only_schedules_is_fine():
+    template = parse(with_schedule(cron='"0 3 * * *"'))
+    assert template.rules == () and len(template.schedules) == 1
+
+
+@pytest.mark.parametrize("body", ["", "events: []\n", "events:\nschedules: []\n"])
+def test_a_template_needs_events_or_schedules(body):
+    assert "a template needs at least one entry in events or schedules" in problems("runtime: node24\n" + body)
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("runtime: node24\nevent:\n" + RULE, "event: is not a key of a template; use runtime, concurrency, events"),
+    ("runtime: node24\n" + RULE + "    timout: 5s\n", "events[0].timout: is not a key of an events rule"),
+    ("runtime: node24\nevents: {handler: a.b}\n", "events: must be a list"),
+    ("runtime: node24\nevents:\n  - a.b\n", "events[0]: must be a mapping"),
+    ("- runtime\n", "a template is a mapping"),
+    ("", "a template is a mapping"),
+    ("runtime: node24\nruntime: python3.14\n" + RULE, "runtime: is given twice"),
+    ("runtime: node24\nevents:\n  - handler: a.b\n    pattern: {a: [1], a: [2]}\n", "events[0].pattern.a: is given twice"),
+])
+def test_structure_problems(text, message):
+    assert message in problems(text)
+
+
+def test_pattern_field_names_are_free():
+    text = "runtime: node24\nevents:\n  - handler: a.b\n    pattern: {runtime: [x], handler: {timeout: [1]}}\n"
+    (rule,) = parse(text).rules
+    assert rule.pattern.matches({"runtime": "x", "handler": {"timeout": 1}})
+
+
+def test_invalid_yaml():
+    text = problems("runtime: node24\nevents: [\n")
+    assert text.startswith(f"{SOURCE}: 1 problem\n  is not valid YAML: ")
+    assert "line 3, column 1" in text and "unicode string" not in text
+    assert "\n" not in text.split("\n", 1)[1]
+
+
+def test_env_values_are_the_scalar_text_as_written():
+    template = parse(textwrap.dedent("""
+        runtime: node24
+        env:
+          API_URL: https://api.example.com
+          DEBUG: true
+          EMPTY: ""
+          BARE:
+          OCTAL: 010
+          FLOAT: 1.50
+          QUOTED: 'it''s'
+          NULLISH: null
+        """) + RULE)
+    assert dict(template.env) == {"API_URL": "https://api.example.com", "DEBUG": "true", "EMPTY": "", "BARE": "",
+                                  "OCTAL": "010", "FLOAT": "1.50", "QUOTED": "it's", "NULLISH": "null"}
+
+
+@pytest.mark.parametrize(("env", "message"), [
+    ("1BAD: x", "env.1BAD: '1BAD' is not a valid environment variable name"),
+    ("BAD-NAME: x", "env.BAD-NAME: 'BAD-NAME' is not a valid environment variable name"),
+    ("RELAY_HANDLER: x", "env.RELAY_HANDLER: RELAY_HANDLER is reserved by Relay"),
+    ("LIST: [a, b]", "env.LIST: must be a single value"),
+    ("MAP: {a: b}", "env.MAP: must be a single value"),
+])
+def test_bad_env(env, message):
+    assert message in problems(f"runtime: node24\nenv:\n  {env}\n" + RULE)
+
+
+def test_env_must_be_a_mapping():
+    assert "env: must be a mapping" in problems("runtime: node24\nenv: [A]\n" + RULE)
+
+
+@pytest.mark.parametrize(("secrets", "message"), [
+    ("DB: .database", "secrets.DB: '.database' is not a valid secret name"),
+    ("DB: Database", "secrets.DB: 'Database' is not a valid secret name"),
+    ("DB: 5", "secrets.DB: 5 is not a valid secret name"),
+    ("1DB: database", "secrets.1DB: '1DB' is not a valid environment variable name"),
+    ("RELAY_HANDLER: database", "secrets.RELAY_HANDLER: RELAY_HANDLER is reserved by Relay"),
+    ("API_URL: api-url", "secrets.API_URL: API_URL is also set in env"),
+])
+def test_bad_secrets(secrets, message):
+    text = f"runtime: node24\nenv:\n  API_URL: x\nsecrets:\n  {secrets}\n" + RULE
+    assert message in problems(text)
+
+
+def test_all_problems_are_reported_at_once():
+    text = problems("""
+        runtime: python3.13
+        concurrency: 0
+        events:
+          - handler: events.created.handler
+            pattern:
+              created_at: {gt: "2026-09-12T10:00:00Z"}
+            timeout: 10m
+          - handler: bad
+            patern: {a: [1]}
+        """)
+    assert text.splitlines() == [
+        f"{SOURCE}: 7 problems",
+        "  runtime: 'python3.13' is not supported; use one of python3.14, node24",
+        "  concurrency: 0 must be a whole number of 1 or more",
+        "  events[0].pattern.created_at.gt: '2026-09-12T10:00:00Z' is neither a number nor a now() expression "
+        "such as now()-5m",
+        "  events[0].timeout: '10m' is longer than the maximum of 5m0s",
+        "  events[1].patern: is not a key of an events rule; use handler, pattern, timeout, retries",
+        "  events[1].handler: 'bad' is not of the form module.function (e.g. events.created.handler)",
+        "  events[1].pattern: is required",
+    ]
