@@ -91,7 +91,19 @@ def _fields(mapping, path, problems):
         if compiled is not None:
             tests.append(compiled[0])
             when_parent_missing = when_parent_missing and compiled[1]
-    tests = tuple(tests)
+    return _all_of(tuple(tests)), when_parent_missing
+
+
+def _all_of(tests):
+    """AND of field tests; the common short cases avoid a loop."""
+    if len(tests) == 1:
+        return tests[0]
+    if len(tests) == 2:
+        first, second = tests
+        return lambda event, now: first(event, now) and second(event, now)
+    if len(tests) == 3:
+        first, second, third = tests
+        return lambda event, now: first(event, now) and second(event, now) and third(event, now)
 
     def test(event, now):
         for field in tests:
@@ -99,7 +111,7 @@ def _fields(mapping, path, problems):
                 return False
         return True
 
-    return test, when_parent_missing
+    return test
 
 
 def _field(key, condition, path, problems):
