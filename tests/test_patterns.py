@@ -152,8 +152,10 @@ def test_non_object_events_never_match():
 REJECTED = [
     ("x", "pattern: must be a mapping of event fields to conditions"),
     ({}, "pattern: must be a mapping of event fields to conditions"),
-    ({"a": "x"}, "pattern.a: must be a list of values, a mapping of operators or a mapping of nested fields"),
-    ({"a": 1}, "pattern.a: must be a list of values"),
+    ({"a": "x"}, "pattern.a: 'x' is a single value; equality takes a list, e.g. [x]"),
+    ({"a": 1}, "pattern.a: 1 is a single value; equality takes a list, e.g. [1]"),
+    ({"a": True}, "pattern.a: True is a single value; equality takes a list, e.g. [true]"),
+    ({"a": ["x", {"b": 1}]}, "pattern.a[1]: implicit equality takes plain values"),
     ({"a": None}, "pattern.a: must be a list of values"),
     ({"a": {}}, "pattern.a: must be a list of values"),
     ({"a": []}, "pattern.a: implicit equality needs at least one value"),

@@ -14,6 +14,7 @@ its field path; the Pattern it returns evaluates an event without looking at
 the raw pattern again. Matching never raises, whatever JSON it is given.
 """
 
+import json
 import math
 import re
 import time
@@ -119,6 +120,10 @@ def _field(key, condition, path, problems):
     if isinstance(condition, list):
         operands = _operand_list(condition, path, problems, "implicit equality")
         return None if operands is None else _equality_field(key, operands, path, problems)
+    if isinstance(condition, (str, int, float)):
+        problems.add(path, f"{show(condition)} is a single value; equality takes a list, e.g. "
+                           f"[{condition if isinstance(condition, str) else json.dumps(condition)}]")
+        return None
     if not isinstance(condition, dict) or not condition:
         problems.add(path, f"must be a list of values, a mapping of operators or a mapping of nested fields, "
                            f"not {show(condition)}")
