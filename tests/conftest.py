@@ -113,3 +113,13 @@ def relay_command(*args):
 def run_relay(*args, env=None, timeout=60, input=None):
     return subprocess.run(relay_command(*args), cwd=ROOT, env=env or base_env(), capture_output=True,
                           text=True, timeout=timeout, input=input)
+
+
+@pytest.fixture(scope="session")
+def pyz(tmp_path_factory):
+    """relay.pyz built once per test session by build_zipapp.py."""
+    output = tmp_path_factory.mktemp("build") / "relay.pyz"
+    result = subprocess.run([sys.executable, str(ROOT / "build_zipapp.py"), "-o", str(output)],
+                            capture_output=True, text=True, timeout=1800)
+    assert result.returncode == 0, result.stdout + result.stderr
+    return output

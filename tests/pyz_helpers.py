@@ -7,6 +7,7 @@ import glob
 import importlib.util
 import io
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -23,6 +24,7 @@ import build_zipapp  # noqa: E402
 
 ARCH = {"arm64": "aarch64", "amd64": "x86_64"}.get(os.uname().machine, os.uname().machine)
 NOBODY = 65534
+SUPPORTED = ("3.11", "3.12", "3.13")
 CACHE_VARIABLES = ("RELAY_PYZ_CACHE", "CACHE_DIRECTORY", "XDG_CACHE_HOME", "HOME")
 
 
@@ -43,38 +45,40 @@ def pyenv_roots() -> list[Path]:
 
 
 def find_python(version: str) -> str:
-    """The newest pyenv CPython X.Y.*; a missing one fails the test, it is not skipped."""
-    found = []
+    """The newest pyenv CPython X.Y.Z; a missing one fails the test, it is not skipped."""
+    found = {}
     for root in pyenv_roots():
-        found += glob.glob(str(root / "versions" / f"{version}.*" / "bin" / f"python{version}"))
+        for binary in glob.glob(str(root / "versions" / f"{version}.*" / "bin" / f"python{version}")):
+            release = Path(binary).parent.parent.name
+            if re.fullmatch(r"\d+\.\d+\.\d+", release):
+                found[tuple(map(int, release.split(".")))] = binary
     if not found:
         searched = ", ".join(str(root / "versions") for root in pyenv_roots())
         pytest.fail(f"CPython {version} is needed for this test and was not found under "
                     f"{searched}; install it with `pyenv install {version}`", pytrace=False)
-    return max(found, key=lambda path: int(Path(path).parent.parent.name.split(".")[2]))
+    return found[max(found)]
 
 
-def python_for_other_users() -> str:
-    """A supported interpreter outside /root, runnable after dropping privileges."""
-    supported = ("3.11", "3.12", "3.13")
+def system_python() -> str:
+    """A supported interpreter outside /root, which stays runnable as another user."""
     for directory in ("/usr/bin", "/usr/local/bin"):
-        for version in supported:
+        for version in SUPPORTED:
             candidate = Path(directory) / f"python{version}"
             if candidate.exists():
                 return str(candidate)
-    pytest.fail(f"no CPython {' / '.join(supported)} in /usr/bin or /usr/local/bin to run "
+    pytest.fail(f"no CPython {' / '.join(SUPPORTED)} in /usr/bin or /usr/local/bin to run "
                 f"as uid {NOBODY}; install one (apt-get install python3)", pytrace=False)
 
 
-def fallback_user() -> tuple[int, dict]:
-    """(uid, Popen kwargs) of a user whose permissions are enforced.
+def fallback_user() -> tuple[int, str, dict]:
+    """(uid, interpreter, Popen kwargs) to run as a user whose permissions are enforced.
 
     Root may write to any directory, so as root the fallback tests run the pyz
     as nobody; otherwise as ourselves.
     """
     if os.geteuid() == 0:
-        return NOBODY, {"user": NOBODY, "group": NOBODY, "extra_groups": []}
-    return os.geteuid(), {}
+        return NOBODY, system_python(), {"user": NOBODY, "group": NOBODY, "extra_groups": []}
+    return os.geteuid(), find_python(SUPPORTED[0]), {}
 
 
 def env_without_cache(**extra: str) -> dict[str, str]:
