@@ -1,0 +1,121 @@
+"""The Python bootstrap on its own, run by this interpreter (the container runs it the same way)."""
+
+import json
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from relay.runtime.registry import RUNTIMES
+
+BOOTSTRAP = RUNTIMES["python3.14"].bootstrap_source()
+
+
+@pytest.fixture
+def function_dir(tmp_path):
+    directory = tmp_path / "function"
+    files = {
+        "handler.py": """
+            def handler(event):
+                print("sync", event["n"])
+        """,
+        "coroutines.py": """
+            import asyncio
+
+            async def handler(event):
+                await asyncio.sleep(0)
+                print("async", event["n"])
+
+            class Later:
+                def __await__(self):
+                    yield from asyncio.sleep(0).__await__()
+                    print("awaitable ran")
+
+            def awaitable(event):
+                return Later()
+        """,
+        "events/__init__.py": "",
+        "events/created.py": """
+            def handler(event):
+                print("nested", __name__)
+        """,
+        "namespace/deeper/jobs.py": """
+            def run(event):
+                print("namespace", __name__, event)
+        """,
+        "failing.py": """
+            def handler(event):
+                print("before the failure")
+                raise ValueError("boom")
+
+            async def later(event):
+                raise KeyError("async boom")
+
+            def exits(event):
+                raise SystemExit(3)
+
+            not_callable = 42
+        """,
+        "bootstrap.py": """
+            def handler(event):
+                print("a user module may be called bootstrap")
+        """,
+    }
+    for name, text in files.items():
+        path = directory / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(textwrap.dedent(text))
+    (tmp_path / "opt").mkdir()
+    (tmp_path / "opt" / "relay_bootstrap.py").write_bytes(BOOTSTRAP)
+    return directory
+
+
+def run(function_dir, handler, event=None, raw=None):
+    stdin = raw if raw is not None else json.dumps(event if event is not None else {"n": 1}).encode()
+    env = {"RELAY_HANDLER": handler, "PATH": "/usr/bin:/bin"}
+    return subprocess.run([sys.executable, "-u", "-B", str(function_dir.parent / "opt" / "relay_bootstrap.py")],
+                          input=stdin, capture_output=True, cwd=function_dir, env=env, timeout=60)
+
+
+@pytest.mark.parametrize("handler, expected", [
+    ("handler.handler", "sync 1"),
+    ("coroutines.handler", "async 1"),
+    ("coroutines.awaitable", "awaitable ran"),
+    ("events.created.handler", "nested events.created"),
+    ("namespace.deeper.jobs.run", "namespace namespace.deeper.jobs {'n': 1}"),
+    ("bootstrap.handler", "a user module may be called bootstrap"),
+])
+def test_handlers_run_and_exit_zero(function_dir, handler, expected):
+    result = run(function_dir, handler)
+    assert result.returncode == 0, result.stderr.decode()
+    assert result.stdout.decode().strip() == expected
+
+
+@pytest.mark.parametrize("handler, message", [
+    ("failing.handler", "ValueError: boom"),
+    ("failing.later", "KeyError: 'async boom'"),
+    ("missing.handler", "ModuleNotFoundError: No module named 'missing'"),
+    ("handler.absent", "module 'handler' has no function 'absent'"),
+    ("failing.not_callable", "module 'failing' has no function 'not_callable'"),
+    ("nodot", "is not of the form module.function"),
+])
+def test_failures_exit_one_with_the_reason_on_stderr(function_dir, handler, message):
+    result = run(function_dir, handler)
+    assert result.returncode == 1
+    assert message in result.stderr.decode()
+
+
+def test_a_raised_exception_prints_a_traceback_after_the_output(function_dir):
+    result = run(function_dir, "failing.handler")
+    assert result.stdout.decode() == "before the failure\n"
+    assert result.stderr.decode().startswith("Traceback (most recent call last):")
+
+
+def test_a_handler_may_choose_its_exit_status(function_dir):
+    assert run(function_dir, "failing.exits").returncode == 3
+
+
+def test_invalid_event_json_fails(function_dir):
+    result = run(function_dir, "handler.handler", raw=b"{not json")
+    assert result.returncode == 1 and "JSONDecodeError" in result.stderr.decode()
