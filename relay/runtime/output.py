@@ -1,0 +1,129 @@
+"""Handler output: Docker's multiplexed attach stream, split into lines and
+written to Relay's output with a prefix, verbatim.
+
+This is a raw transport, not logging: every line is written whatever
+LOG_LEVEL says, with no severity guessed from stdout or stderr:
+
+    relay: function "user-events-python" handler "events.created.handler" message "1726-0" event "evt_1": User created
+
+Each stream keeps its own partial line until its newline arrives (or the
+stream ends). A line longer than MAX_LINE_BYTES is cut there, marked as cut,
+and the rest of it, up to its newline, is dropped: one runaway line cannot
+take Relay's memory. Bytes that are not UTF-8 are shown as U+FFFD.
+"""
+
+import struct
+
+MAX_LINE_BYTES = 64 * 1024
+TRUNCATED = " [relay: line cut at 64 KiB]"
+STDOUT, STDERR = 1, 2
+_HEADER = struct.Struct(">BxxxL")
+
+
+def prefix(function, handler, message_id=None, event_id=None):
+    parts = [f'relay: function "{function}" handler "{handler}"']
+    if message_id:
+        parts.append(f'message "{message_id}"')
+    if event_id:
+        parts.append(f'event "{event_id}"')
+    return " ".join(parts) + ": "
+
+
+class Frames:
+    """Docker's attach stream without a TTY: 8-byte headers (stream, size) then payloads.
+
+    ``feed(data)`` returns the complete (stream, payload) pairs in *data* and
+    keeps an incomplete frame for the next call.
+    """
+
+    def __init__(self):
+        self._buffer = bytearray()
+
+    def feed(self, data):
+        self._buffer += data
+        frames = []
+        offset = 0
+        buffer = self._buffer
+        while len(buffer) - offset >= _HEADER.size:
+            stream, size = _HEADER.unpack_from(buffer, offset)
+            end = offset + _HEADER.size + size
+            if len(buffer) < end:
+                break
+            frames.append((stream, bytes(buffer[offset + _HEADER.size:end])))
+            offset = end
+        del buffer[:offset]
+        return frames
+
+    @property
+    def pending(self):
+        return len(self._buffer)
+
+
+class Lines:
+    """One stream's bytes → whole lines handed to ``emit(text)``, without the newline."""
+
+    def __init__(self, emit, limit=MAX_LINE_BYTES):
+        self._emit = emit
+        self._limit = limit
+        self._partial = bytearray()
+        self._dropping = False  # inside a line that was already cut
+
+    def feed(self, data):
+        start = 0
+        while True:
+            newline = data.find(b"\n", start)
+            piece = data[start:] if newline < 0 else data[start:newline]
+            if not self._dropping:
+                self._partial += piece
+                if len(self._partial) > self._limit:
+                    self._cut()
+            if newline < 0:
+                return
+            if self._dropping:
+                self._dropping = False
+            else:
+                self._flush()
+            start = newline + 1
+
+    def close(self):
+        """The stream ended: a last line without a newline is still a line."""
+        if self._partial:
+            self._flush()
+        self._dropping = False
+
+    def _cut(self):
+        end = self._limit
+        # Do not split a UTF-8 sequence: back up over continuation bytes.
+        while end > self._limit - 3 and (self._partial[end] & 0xC0) == 0x80:
+            end -= 1
+        self._emit(self._partial[:end].decode("utf-8", "replace") + TRUNCATED)
+        self._partial.clear()
+        self._dropping = True
+
+    def _flush(self):
+        self._emit(self._partial.decode("utf-8", "replace"))
+        self._partial.clear()
+
+
+class OutputForwarder:
+    """Demultiplexes one container's attach stream onto *output*, one prefixed line per line."""
+
+    def __init__(self, output, line_prefix):
+        self._output = output
+        self._prefix = line_prefix
+        self._frames = Frames()
+        self._streams = {STDOUT: Lines(self._write), STDERR: Lines(self._write)}
+
+    def feed(self, data):
+        for stream, payload in self._frames.feed(data):
+            lines = self._streams.get(stream)
+            if lines is not None:  # 0 would be stdin echoed back; never with a TTY off
+                lines.feed(payload)
+
+    def close(self):
+        for lines in self._streams.values():
+            lines.close()
+
+    def _write(self, text):
+        self._output.write(self._prefix + text + "\n")
+        self._output.flush()

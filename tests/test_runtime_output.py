@@ -1,0 +1,95 @@
+"""Handler output forwarding: frames, lines, prefixes, caps."""
+
+import io
+import struct
+
+import pytest
+
+from relay.runtime.output import MAX_LINE_BYTES, TRUNCATED, Frames, Lines, OutputForwarder, prefix
+
+
+def frame(stream, payload):
+    return struct.pack(">BxxxL", stream, len(payload)) + payload
+
+
+def test_prefix_names_function_handler_and_known_ids():
+    assert prefix("fn", "events.created.handler") == 'relay: function "fn" handler "events.created.handler": '
+    assert prefix("fn", "h.h", "1-0", "evt_1") == 'relay: function "fn" handler "h.h" message "1-0" event "evt_1": '
+    assert prefix("fn", "h.h", None, "evt_1") == 'relay: function "fn" handler "h.h" event "evt_1": '
+
+
+def test_frames_survive_any_chunking():
+    stream = frame(1, b"hello\n") + frame(2, b"oops\n") + frame(1, b"") + frame(1, b"x" * 70000)
+    for size in (1, 3, 7, 8, 9, 4096, len(stream)):
+        frames = Frames()
+        seen = []
+        for start in range(0, len(stream), size):
+            seen += frames.feed(stream[start:start + size])
+        assert seen == [(1, b"hello\n"), (2, b"oops\n"), (1, b""), (1, b"x" * 70000)]
+        assert frames.pending == 0
+
+
+def collect(limit=MAX_LINE_BYTES):
+    lines = []
+    return lines, Lines(lines.append, limit)
+
+
+def test_partial_lines_are_joined_and_the_last_one_flushed_at_the_end():
+    lines, splitter = collect()
+    for chunk in (b"he", b"llo\nwor", b"ld\n\npart", b"ial"):
+        splitter.feed(chunk)
+    assert lines == ["hello", "world", ""]
+    splitter.close()
+    assert lines == ["hello", "world", "", "partial"]
+
+
+def test_lines_are_verbatim():
+    lines, splitter = collect()
+    splitter.feed('  tabs\tand "quotes" level=ERROR \\n \r\n'.encode())
+    assert lines == ['  tabs\tand "quotes" level=ERROR \\n \r']
+
+
+def test_invalid_utf8_is_replaced_not_fatal():
+    lines, splitter = collect()
+    splitter.feed(b"caf\xc3\xa9 \xff\n")
+    assert lines == ["caf\u00e9 \ufffd"]
+
+
+def test_a_long_line_is_cut_marked_and_the_rest_dropped():
+    lines, splitter = collect(limit=10)
+    splitter.feed(b"0123456789abcdef")
+    splitter.feed(b"ghijkl")
+    splitter.feed(b"mnop\nnext\n")
+    assert lines == ["0123456789" + TRUNCATED, "next"]
+
+
+def test_the_default_cap_is_64_kib_and_memory_stays_bounded():
+    lines, splitter = collect()
+    for _ in range(100):
+        splitter.feed(b"y" * 65536)  # 6.4 MB without a newline
+        assert len(splitter._partial) <= MAX_LINE_BYTES
+    splitter.feed(b"\nafter\n")
+    assert [len(line) for line in lines] == [MAX_LINE_BYTES + len(TRUNCATED), 5]
+
+
+@pytest.mark.parametrize("offset", [0, 1, 2, 3])
+def test_a_cut_never_splits_a_utf8_character(offset):
+    lines, splitter = collect(limit=10)
+    splitter.feed(b"a" * (7 + offset) + "\u20ac".encode() * 3 + b"\n")  # a 3-byte character at every cut position
+    assert "\ufffd" not in lines[0]
+    assert lines[0].endswith(TRUNCATED)
+
+
+def test_forwarder_prefixes_each_line_and_keeps_streams_apart():
+    output = io.StringIO()
+    forwarder = OutputForwarder(output, prefix("fn", "h.h", "1-0"))
+    data = frame(1, b"out one\nout ") + frame(2, b"err one\n") + frame(1, b"two\n") + frame(2, b"err tail")
+    for index in range(len(data)):
+        forwarder.feed(data[index:index + 1])
+    forwarder.close()
+    assert output.getvalue().splitlines() == [
+        'relay: function "fn" handler "h.h" message "1-0": out one',
+        'relay: function "fn" handler "h.h" message "1-0": err one',
+        'relay: function "fn" handler "h.h" message "1-0": out two',
+        'relay: function "fn" handler "h.h" message "1-0": err tail',
+    ]
