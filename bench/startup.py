@@ -7,6 +7,10 @@ redis-server it starts on a free port and the local Docker engine, after one
 untimed run that warms relay.pyz's extraction cache. Prints the median wall
 time of each and the ratio pyz / venv. Targets: ratio <= 1.15 and
 ``secret ls`` from relay.pyz under 150 ms.
+
+Both ways run on the same interpreter binary (the venv's), so the ratio is
+the cost of the packaging alone: ``./relay.pyz`` goes through whatever
+``python3`` is first on PATH, and a pyenv shim there adds ~150 ms of its own.
 """
 
 import argparse
@@ -36,7 +40,7 @@ def main():
         subprocess.run([sys.executable, str(ROOT / "build_zipapp.py"), "-o", str(pyz)], check=True)
     with tempfile.TemporaryDirectory() as cache, redis_server() as address:
         env = {**os.environ, "RELAY_PYZ_CACHE": cache, "REDIS_URI": address}
-        ways = {"relay.pyz": [str(pyz)], "python -m relay": [options.python, "-m", "relay"]}
+        ways = {"relay.pyz": [options.python, str(pyz)], "python -m relay": [options.python, "-m", "relay"]}
         for way in ways.values():
             run(way + ["--version"], env)  # untimed: extracts relay.pyz into the cache
         print(f"median warm start over {options.runs} runs (same machine, same run, interleaved)")
