@@ -1,0 +1,60 @@
+"""Relay's Prometheus metrics: the single in-memory source of its counters.
+
+One ``Metrics`` object per process, on its own registry (nothing is
+registered at import time). Labels are only function, handler and outcome;
+message, event, container and fingerprint IDs are never labels.
+"""
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics
+
+DURATION_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 30, 60, 120, 300)
+BUILD_BUCKETS = (0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
+
+
+class Metrics:
+    def __init__(self):
+        disable_created_metrics()
+        self.registry = registry = CollectorRegistry(auto_describe=True)
+
+        def counter(name, documentation, labels=()):
+            return Counter(name, documentation, labels, registry=registry)
+
+        self.events_received = counter("events_received", "Stream entries delivered to this worker.")
+        self.events_processed = counter("events_processed", "Stream entries acknowledged after every matching "
+                                                            "invocation succeeded (or none matched).")
+        self.handler_success = counter("handler_success", "Handler invocations that exited 0.")
+        self.handler_failure = counter("handler_failure", "Handler invocations that failed or timed out.")
+        self.retries = counter("retries", "Handler invocations that were a retry of an earlier attempt.")
+        self.dlq_entries = counter("dlq_entries", "Entries written to the dead-letter stream.")
+        self.handler_invocations = counter("handler_invocations", "Handler invocations by outcome.",
+                                           ("outcome", "function", "handler"))
+        self.build_failures = counter("build_failures", "Failed function image builds.", ("function",))
+        self.function_events = counter("function_events", "Entries that matched a rule of the function.",
+                                       ("function",))
+        self.function_success = counter("function_handler_success", "Successful invocations of the function.",
+                                        ("function",))
+        self.function_failure = counter("function_handler_failure", "Failed invocations of the function.",
+                                        ("function",))
+        self.function_retries = counter("function_retries", "Retried invocations of the function.", ("function",))
+        self.function_dlq_entries = counter("function_dlq_entries", "Dead-lettered entries that matched the "
+                                                                     "function.", ("function",))
+        self.concurrency_waits = counter("concurrency_waits", "Invocations whose concurrency slot was not free "
+                                                              "at once.")
+        self.schedule_published = counter("schedule_occurrences_published", "Schedule occurrences this worker "
+                                                                             "published.")
+        self.schedule_duplicates = counter("schedule_occurrences_duplicate", "Schedule occurrences another "
+                                                                             "worker had already published.")
+        self.schedule_failures = counter("schedule_publish_failures", "Schedule occurrences this worker could "
+                                                                      "not publish.")
+        self.handler_duration = Histogram("handler_duration_seconds", "Handler invocation wall time.",
+                                          ("function", "handler"), buckets=DURATION_BUCKETS, registry=registry)
+        self.build_duration = Histogram("function_build_seconds", "Function image preparation time.",
+                                        ("function",), buckets=BUILD_BUCKETS, registry=registry)
+        self.pending_entries = Gauge("pending_entries", "Entries pending in the consumer group (XPENDING).",
+                                     registry=registry)
+        self.pending_oldest_age = Gauge("pending_oldest_age_seconds", "Age of the oldest pending entry.",
+                                        registry=registry)
+        self.buffered_events = Gauge("buffered_events", "Entries read and held locally, not yet finished.",
+                                     registry=registry)
+        self.in_flight = Gauge("in_flight_invocations", "Handler invocations running in this worker.",
+                               registry=registry)

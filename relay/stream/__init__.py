@@ -1,0 +1,1 @@
+"""The stream engine: consume, dispatch, acknowledge, retry, dead-letter, recover."""

@@ -1,0 +1,185 @@
+"""The consumer and the reclaimer: stream entries into dispatches, within the buffer.
+
+The consumer reads new entries with XREADGROUP; the reclaimer takes over
+entries that sat pending longer than the idle time with XAUTOCLAIM. Both
+feed ``accept``: malformed entries are dead-lettered and entries that match
+no rule are acknowledged right there, in one round trip per batch; entries
+with matches are dispatched in their own greenlets. No more than
+MAX_BUFFERED_EVENTS entries are held at once: with the buffer full nothing
+is read, so the backlog stays in Redis.
+"""
+
+import logging
+
+import gevent
+import redis
+from gevent.event import Event
+from gevent.pool import Group
+
+from relay.stream.entries import plan
+from relay.stream.group import ensure_group, is_missing_group
+from relay.stream.resilience import Outage
+
+log = logging.getLogger("relay.stream.consumer")
+
+READ_BLOCK_MS = 2000
+RECLAIM_INTERVAL = 60.0   # seconds; fixed internals, shorter only in tests
+MIN_IDLE = 60.0
+
+
+class Buffer:
+    """Entries read from Redis and not yet finished (acked, dead-lettered or left pending)."""
+
+    def __init__(self, capacity, gauge):
+        self.capacity = capacity
+        self.used = 0
+        self.gauge = gauge
+        self._freed = Event()
+
+    def free(self):
+        return self.capacity - self.used
+
+    def take(self, count):
+        self.used += count
+        self.gauge.set(self.used)
+
+    def release(self, count=1):
+        self.used -= count
+        self.gauge.set(self.used)
+        self._freed.set()
+
+    def wait_for_space(self, timeout):
+        while self.free() <= 0:
+            self._freed.clear()
+            if not self._freed.wait(timeout):
+                return False
+        return True
+
+
+class Consumer:
+    def __init__(self, *, client, stream, group, consumer, catalog, dispatcher, settler, buffer, metrics,
+                 block_ms=READ_BLOCK_MS, reclaim_interval=RECLAIM_INTERVAL, min_idle=MIN_IDLE):
+        self.client = client
+        self.stream = stream
+        self.group = group
+        self.consumer = consumer
+        self.catalog = catalog
+        self.dispatcher = dispatcher
+        self.settler = settler
+        self.buffer = buffer
+        self.metrics = metrics
+        self.block_ms = block_ms
+        self.reclaim_interval = reclaim_interval
+        self.min_idle_ms = int(min_idle * 1000)
+        self.stopping = Event()
+        self.dispatches = Group()
+
+    # --- loops --------------------------------------------------------------------
+
+    def read_loop(self):
+        outage = Outage("consumer", self.stopping)
+        while not self.stopping.is_set():
+            if not self.buffer.wait_for_space(timeout=1.0):
+                continue
+            try:
+                response = self.client.xreadgroup(self.group, self.consumer, {self.stream: ">"},
+                                                  count=self.buffer.free(), block=self.block_ms)
+            except redis.RedisError as error:
+                self._trouble(error, outage)
+                continue
+            outage.succeeded()
+            for _stream, entries in response or ():
+                if entries:
+                    log.debug("Read entries", extra={"count": len(entries)})
+                    self.accept(entries)
+
+    def reclaim_loop(self):
+        outage = Outage("reclaimer", self.stopping)
+        while not self.stopping.wait(self.reclaim_interval):
+            try:
+                self.reclaim_once()
+            except redis.RedisError as error:
+                self._trouble(error, outage)
+            else:
+                outage.succeeded()
+
+    def reclaim_once(self):
+        """Take over every entry idle longer than the idle time, as far as the buffer allows."""
+        start = "0-0"
+        while not self.stopping.is_set():
+            free = self.buffer.free()
+            if free <= 0:
+                log.debug("Buffer full; reclaiming the rest next time")
+                return
+            next_start, entries, *_ = self.client.xautoclaim(
+                self.stream, self.group, self.consumer, min_idle_time=self.min_idle_ms, start_id=start, count=free)
+            if entries:
+                log.debug("Reclaimed entries", extra={"count": len(entries)})
+                self.accept(entries)
+            if next_start in (b"0-0", "0-0"):
+                return
+            start = next_start
+
+    def stop(self):
+        self.stopping.set()
+
+    def drain(self, timeout):
+        """Wait up to *timeout* seconds for running dispatches; True when none is left."""
+        self.dispatches.join(timeout=timeout)
+        return len(self.dispatches) == 0
+
+    # --- entries ------------------------------------------------------------------
+
+    def accept(self, entries):
+        snapshot = self.catalog.snapshot()
+        self.buffer.take(len(entries))
+        finished, unmatched = [], 0
+        for raw_id, fields in entries:
+            message_id = raw_id.decode() if isinstance(raw_id, bytes) else raw_id
+            if fields is None:          # trimmed away while it was pending: nothing left to run
+                finished.append(message_id)
+                continue
+            self.metrics.events_received.inc()
+            entry = plan(message_id, fields, snapshot)
+            if entry.problem:
+                log.warning("Malformed entry; it can never succeed", extra={
+                    "message_id": message_id, "reason": entry.problem})
+                if self.settler.dead_letter(message_id, entry.payload, entry.problem, 0):
+                    self.metrics.dlq_entries.inc()
+                self.buffer.release()
+            elif not entry.targets:
+                finished.append(message_id)
+                unmatched += 1
+            else:
+                for name in dict.fromkeys(target.active.name for target in entry.targets):
+                    self.metrics.function_events.labels(name).inc()
+                self.dispatches.spawn(self._dispatch, entry)
+        if finished:
+            if self.settler.ack(finished) and unmatched:
+                self.metrics.events_processed.inc(unmatched)
+            self.buffer.release(len(finished))
+
+    def _dispatch(self, entry):
+        try:
+            self.dispatcher.dispatch(entry)
+        except Exception:
+            log.exception("Dispatch failed unexpectedly; the entry stays pending",
+                          extra={"message_id": entry.message_id})
+        finally:
+            self.buffer.release()
+
+    def _trouble(self, error, outage):
+        if is_missing_group(error):
+            log.warning("Consumer group is gone (was Redis reset?); creating it again",
+                        extra={"stream": self.stream, "group": self.group})
+            try:
+                ensure_group(self.client, self.stream, self.group)
+                return
+            except Exception as again:  # DependencyError or a Redis error: back off like any outage
+                error = again
+        outage.failed(error)
+
+
+def spawn_loops(consumer):
+    """Start the consumer's two loops; return their greenlets."""
+    return [gevent.spawn(consumer.read_loop), gevent.spawn(consumer.reclaim_loop)]

@@ -1,0 +1,105 @@
+"""Invocation state markers: the values of ``relay:invocation:…`` hash fields.
+
+    ok                                    completed on an earlier delivery
+    running:<unix-nano deadline>#<n>      attempt n is (or was) running until the deadline
+    next_attempt_at:<unix-nano deadline>#<n>  attempt n failed; wait until the deadline
+    exhausted:<n>                         terminal after n attempts
+    (absent)                              never attempted: eligible
+
+Pure functions over plain values, so the rules are tested without Redis.
+"""
+
+from dataclasses import dataclass
+from urllib.parse import quote
+
+from relay.durations import MINUTE
+
+STATE_TTL_SECONDS = 7 * 24 * 3600
+BACKOFF = (1 * MINUTE, 2 * MINUTE, 5 * MINUTE, 10 * MINUTE)  # after attempt 1, 2, 3, then capped
+
+OK, RUNNING, WAITING, EXHAUSTED, ABSENT = "ok", "running", "next_attempt_at", "exhausted", "absent"
+
+
+@dataclass(frozen=True)
+class Marker:
+    kind: str
+    attempts: int = 0     # attempts made so far (the n of the marker)
+    deadline: int = 0     # unix nanoseconds, for running and next_attempt_at
+
+
+ABSENT_MARKER = Marker(ABSENT)
+
+
+def state_key(stream, group, message_id):
+    """The hash that holds one message's invocation states; names are percent-encoded."""
+    return f"relay:invocation:{quote(stream, safe='')}:{quote(group, safe='')}:{message_id}"
+
+
+def field(function, handler):
+    return f"{function}/{handler}"
+
+
+def parse(value):
+    """The Marker a stored value means; anything unreadable is absent (eligible)."""
+    if value is None:
+        return ABSENT_MARKER
+    if isinstance(value, bytes):
+        value = value.decode("utf-8", "replace")
+    if value == OK:
+        return Marker(OK)
+    kind, colon, rest = value.partition(":")
+    if not colon:
+        return ABSENT_MARKER
+    if kind == EXHAUSTED:
+        return Marker(EXHAUSTED, attempts=int(rest)) if rest.isdigit() else ABSENT_MARKER
+    if kind in (RUNNING, WAITING):
+        deadline, hash_sign, attempts = rest.partition("#")
+        if hash_sign and deadline.isdigit() and attempts.isdigit() and int(attempts) > 0:
+            return Marker(kind, attempts=int(attempts), deadline=int(deadline))
+    return ABSENT_MARKER
+
+
+def running(deadline, attempt):
+    return f"{RUNNING}:{deadline}#{attempt}"
+
+
+def waiting(deadline, attempt):
+    return f"{WAITING}:{deadline}#{attempt}"
+
+
+def exhausted(attempts):
+    return f"{EXHAUSTED}:{attempts}"
+
+
+def backoff(attempt):
+    """How long to wait after failed attempt number *attempt* (1-based), in nanoseconds."""
+    return BACKOFF[min(attempt, len(BACKOFF)) - 1]
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What to do with one matched invocation on this delivery."""
+
+    action: str          # "skip-complete", "skip-terminal", "skip-busy", "run", "exhaust"
+    attempt: int = 0     # the attempt number to run, or the attempts to record as exhausted
+
+
+def decide(marker, now, retries):
+    """Given the stored marker, the time (unix ns) and the rule's retries, what happens now.
+
+    A deadline still in the future means another attempt may be live (running)
+    or the backoff is not over (next_attempt_at): skip without charging. A
+    running marker past its deadline is an attempt that died with its worker;
+    it counts, so the next attempt gets the next number.
+    """
+    if marker.kind == OK:
+        return Decision("skip-complete")
+    if marker.kind == EXHAUSTED:
+        return Decision("skip-terminal", attempt=marker.attempts)
+    if marker.kind in (RUNNING, WAITING):
+        if now < marker.deadline:
+            return Decision("skip-busy", attempt=marker.attempts)
+        if marker.attempts >= 1 + retries:
+            return Decision("exhaust", attempt=marker.attempts)
+        return Decision("run", attempt=marker.attempts + 1)
+    return Decision("run", attempt=1)

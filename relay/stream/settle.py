@@ -1,0 +1,64 @@
+"""The end of an entry's life: acknowledge it, or dead-letter it and then acknowledge.
+
+The dead-letter entry is always written before the acknowledgment; when the
+write fails, the entry is left pending so the next recovery pass tries again
+instead of losing it.
+"""
+
+import logging
+from datetime import datetime, timezone
+
+import redis
+
+from relay.stream.markers import state_key
+
+log = logging.getLogger("relay.stream.settle")
+
+
+def dlq_stream(stream):
+    return f"relay:{stream}:dlq"
+
+
+class Settler:
+    def __init__(self, client, stream, group, consumer):
+        self.client = client
+        self.stream = stream
+        self.group = group
+        self.consumer = consumer
+
+    def ack(self, message_ids):
+        """XACK the entries and clear their invocation state; False when Redis failed."""
+        if not message_ids:
+            return True
+        pipe = self.client.pipeline(transaction=False)
+        pipe.xack(self.stream, self.group, *message_ids)
+        pipe.delete(*(state_key(self.stream, self.group, message_id) for message_id in message_ids))
+        try:
+            pipe.execute()
+        except redis.RedisError as error:
+            log.warning("Cannot acknowledge entries; they stay pending",
+                        extra={"count": len(message_ids), "first_message_id": message_ids[0], "error": str(error)})
+            return False
+        return True
+
+    def dead_letter(self, message_id, payload, reason, attempts):
+        """Write the entry to the dead-letter stream, then acknowledge it."""
+        fields = {
+            "original_stream": self.stream,
+            "original_id": message_id,
+            "group": self.group,
+            "consumer": self.consumer,
+            "event": payload if payload is not None else "",
+            "reason": reason,
+            "attempts": str(attempts),
+            "timestamp": datetime.now(timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z"),
+        }
+        try:
+            self.client.xadd(dlq_stream(self.stream), fields)
+        except redis.RedisError as error:
+            log.error("Cannot write to the dead-letter stream; the entry stays pending",
+                      extra={"message_id": message_id, "dlq": dlq_stream(self.stream), "error": str(error)})
+            return False
+        log.error("Entry dead-lettered", extra={
+            "message_id": message_id, "dlq": dlq_stream(self.stream), "reason": reason, "attempts": attempts})
+        return self.ack([message_id])

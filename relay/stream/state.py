@@ -1,0 +1,78 @@
+"""Per-message invocation state in Redis (see markers.py for the values).
+
+Every call fails open: a Redis error while reading or writing bookkeeping is
+logged and treated as "no state", so bookkeeping never blocks delivery; the
+at-least-once contract holds because the entry itself stays pending until it
+is acknowledged.
+"""
+
+import logging
+
+import redis
+
+from relay.stream import markers
+
+log = logging.getLogger("relay.stream.state")
+
+# Claim an invocation only if its field still holds what we read: two workers
+# that read the same state cannot both start the same attempt.
+_TRY_START = """
+local current = redis.call('HGET', KEYS[1], ARGV[1]) or ''
+if current ~= ARGV[2] then return 0 end
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[3])
+redis.call('EXPIRE', KEYS[1], ARGV[4])
+return 1
+"""
+
+
+class InvocationStore:
+    def __init__(self, client, stream, group):
+        self.client = client
+        self.stream = stream
+        self.group = group
+        self._try_start = client.register_script(_TRY_START)
+
+    def key(self, message_id):
+        return markers.state_key(self.stream, self.group, message_id)
+
+    def load(self, message_id):
+        """{field: raw value} for the message; {} when Redis cannot say."""
+        try:
+            stored = self.client.hgetall(self.key(message_id))
+        except redis.RedisError as error:
+            log.warning("Cannot read invocation state; treating it as empty",
+                        extra={"message_id": message_id, "error": str(error)})
+            return {}
+        return {name.decode(): value.decode("utf-8", "replace") for name, value in stored.items()}
+
+    def try_start(self, message_id, field, expected, deadline, attempt):
+        """Record attempt *attempt* as running until *deadline*, unless the field changed."""
+        try:
+            claimed = self._try_start(keys=[self.key(message_id)],
+                                      args=[field, expected or "", markers.running(deadline, attempt),
+                                            markers.STATE_TTL_SECONDS])
+        except redis.RedisError as error:
+            log.warning("Cannot claim invocation; running it anyway",
+                        extra={"message_id": message_id, "field": field, "error": str(error)})
+            return True
+        return bool(claimed)
+
+    def complete(self, message_id, field):
+        self._write(message_id, field, markers.OK)
+
+    def failed(self, message_id, field, retry_at, attempt):
+        self._write(message_id, field, markers.waiting(retry_at, attempt))
+
+    def exhausted(self, message_id, field, attempts):
+        self._write(message_id, field, markers.exhausted(attempts))
+
+    def _write(self, message_id, field, value):
+        key = self.key(message_id)
+        try:
+            pipe = self.client.pipeline(transaction=False)
+            pipe.hset(key, field, value)
+            pipe.expire(key, markers.STATE_TTL_SECONDS)
+            pipe.execute()
+        except redis.RedisError as error:
+            log.warning("Cannot record invocation state", extra={
+                "message_id": message_id, "field": field, "state": value.split(":")[0], "error": str(error)})

@@ -1,0 +1,323 @@
+"""The dispatcher and consumer against a real redis-server, with a scripted executor.
+
+The executor here is a test double that returns programmed outcomes, so every
+state path (ack, no match, abort on first failure, backoff markers,
+exhaustion, DLQ, malformed input, busy slots) runs in milliseconds with a
+controllable clock. The real executor and Docker are exercised end to end in
+test_engine.py.
+"""
+
+import json
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import pytest
+
+from relay.catalog import ActiveFunction, Catalog
+from relay.durations import MINUTE, SECOND
+from relay.functions import parse_template
+from relay.functions.function import Function
+from relay.metrics import Metrics
+from relay.stream import markers
+from relay.stream.consumer import Buffer, Consumer
+from relay.stream.dispatcher import Dispatcher
+from relay.stream.group import ensure_group
+from relay.stream.settle import Settler, dlq_stream
+from relay.stream.slots import Slots
+from relay.stream.state import InvocationStore
+
+STREAM, GROUP, CONSUMER = "events", "relay", "worker-1"
+T0 = 1_800_000_000 * SECOND
+
+
+@dataclass(frozen=True)
+class Result:
+    ok: bool
+    exit_code: int | None = 0
+    duration: float = 0.01
+    timed_out: bool = False
+    error: str | None = None
+
+
+class ScriptedExecutor:
+    """Returns the next programmed outcome for a handler (success when none is left)."""
+
+    def __init__(self):
+        self.calls = []
+        self.script = {}
+
+    def program(self, handler, *outcomes):
+        self.script.setdefault(handler, []).extend(outcomes)
+
+    def run(self, invocation):
+        self.calls.append(invocation)
+        queue = self.script.get(invocation.handler)
+        return queue.pop(0) if queue else Result(ok=True)
+
+
+class NoLeases:
+    @contextmanager
+    def lease(self, image):
+        yield
+
+
+class Clock:
+    def __init__(self):
+        self.now = T0
+
+    def __call__(self):
+        return self.now
+
+
+def function(name, template_text):
+    template = parse_template(template_text, f"{name}/template.yaml")
+    return ActiveFunction(Function(name=name, directory=None, template=template, fingerprint="0" * 64),
+                          image=f"relay-fn-{name}:0000000000000000")
+
+
+ORDERS = function("orders", """
+runtime: python3.14
+events:
+  - handler: first.handler
+    pattern: {kind: [order]}
+    retries: 2
+  - handler: second.handler
+    pattern: {kind: [order]}
+    retries: 0
+""")
+AUDIT = function("audit", """
+runtime: node24
+events:
+  - handler: audit.handler
+    pattern: {kind: [order, refund]}
+""")
+
+
+class Engine:
+    def __init__(self, client, functions, max_concurrency=8, buffered=16, env=None):
+        self.client = client
+        self.clock = Clock()
+        self.executor = ScriptedExecutor()
+        self.metrics = Metrics()
+        self.catalog = Catalog(functions)
+        ensure_group(client, STREAM, GROUP)
+        self.settler = Settler(client, STREAM, GROUP, CONSUMER)
+        self.store = InvocationStore(client, STREAM, GROUP)
+        self.slots = Slots(max_concurrency, on_wait=self.metrics.concurrency_waits.inc)
+        self.dispatcher = Dispatcher(store=self.store, settler=self.settler, executor=self.executor,
+                                     slots=self.slots, metrics=self.metrics,
+                                     environment=env or (lambda fn: dict(fn.template.env)), leases=NoLeases(),
+                                     clock=self.clock, slot_wait=0.05)
+        self.consumer = Consumer(client=client, stream=STREAM, group=GROUP, consumer=CONSUMER, catalog=self.catalog,
+                                 dispatcher=self.dispatcher, settler=self.settler,
+                                 buffer=Buffer(buffered, self.metrics.buffered_events), metrics=self.metrics,
+                                 block_ms=10, min_idle=0)
+
+    def publish(self, event):
+        payload = event if isinstance(event, (str, bytes)) else json.dumps(event)
+        return self.client.xadd(STREAM, {"event": payload}).decode()
+
+    def read(self):
+        """One consumer read, then wait for its dispatches."""
+        response = self.client.xreadgroup(GROUP, CONSUMER, {STREAM: ">"}, count=self.consumer.buffer.free(), block=10)
+        for _stream, entries in response or ():
+            self.consumer.accept(entries)
+        self.consumer.drain(10)
+
+    def redeliver(self, after):
+        """Let *after* nanoseconds pass, then reclaim everything pending (idle time 0)."""
+        self.clock.now += after
+        self.consumer.reclaim_once()
+        self.consumer.drain(10)
+
+    def pending(self):
+        return self.client.xpending(STREAM, GROUP)["pending"]
+
+    def state(self, message_id):
+        stored = self.client.hgetall(markers.state_key(STREAM, GROUP, message_id))
+        return {key.decode(): value.decode() for key, value in stored.items()}
+
+    def dlq(self):
+        return [{key.decode(): value.decode() for key, value in fields.items()}
+                for _id, fields in self.client.xrange(dlq_stream(STREAM))]
+
+    def handlers_called(self):
+        return [(call.function, call.handler) for call in self.executor.calls]
+
+
+@pytest.fixture
+def engine(redis_client):
+    return Engine(redis_client, [ORDERS, AUDIT])
+
+
+def value(metric, *labels):
+    return (metric.labels(*labels) if labels else metric)._value.get()
+
+
+def test_all_matches_succeed_then_ack(engine):
+    message_id = engine.publish({"kind": "order", "event_id": "evt_1", "event_name": "INSERT"})
+    engine.read()
+    assert engine.handlers_called() == [("audit", "audit.handler"), ("orders", "first.handler"),
+                                        ("orders", "second.handler")]
+    call = engine.executor.calls[0]
+    assert (call.message_id, call.event_id, call.event_name, call.image) == (
+        message_id, "evt_1", "INSERT", "relay-fn-audit:0000000000000000")
+    assert json.loads(call.payload) == {"kind": "order", "event_id": "evt_1", "event_name": "INSERT"}
+    assert engine.pending() == 0 and engine.state(message_id) == {}
+    assert value(engine.metrics.events_processed) == 1 and value(engine.metrics.handler_success) == 3
+
+
+def test_no_match_is_acked_without_running_anything(engine):
+    engine.publish({"kind": "other"})
+    engine.publish({"kind": "other"})
+    engine.read()
+    assert engine.executor.calls == [] and engine.pending() == 0
+    assert value(engine.metrics.events_processed) == 2
+
+
+def test_first_failure_aborts_and_records_backoff(engine):
+    engine.executor.program("first.handler", Result(ok=False, exit_code=3))
+    message_id = engine.publish({"kind": "order"})
+    engine.read()
+    assert engine.handlers_called() == [("audit", "audit.handler"), ("orders", "first.handler")]
+    assert engine.pending() == 1
+    assert engine.state(message_id) == {"audit/audit.handler": "ok",
+                                        "orders/first.handler": f"next_attempt_at:{T0 + MINUTE}#1"}
+    assert engine.client.ttl(markers.state_key(STREAM, GROUP, message_id)) > 6 * 24 * 3600
+
+
+def test_redelivery_skips_completed_and_waits_for_backoff(engine):
+    engine.executor.program("first.handler", Result(ok=False, exit_code=1), Result(ok=False, exit_code=1))
+    message_id = engine.publish({"kind": "order"})
+    engine.read()
+    engine.redeliver(after=30 * SECOND)          # still inside the 1m backoff: nothing runs
+    assert len(engine.executor.calls) == 2 and engine.pending() == 1
+    engine.redeliver(after=31 * SECOND)          # backoff over: attempt 2 (fails again, waits 2m)
+    assert engine.handlers_called()[2:] == [("orders", "first.handler")]
+    assert engine.state(message_id)["orders/first.handler"] == f"next_attempt_at:{engine.clock.now + 2 * MINUTE}#2"
+    engine.redeliver(after=2 * MINUTE)           # attempt 3 succeeds, then second.handler runs; ack
+    assert engine.handlers_called()[3:] == [("orders", "first.handler"), ("orders", "second.handler")]
+    assert engine.pending() == 0 and engine.state(message_id) == {}
+    assert value(engine.metrics.retries) == 2 and value(engine.metrics.function_retries, "orders") == 2
+
+
+def test_exhaustion_routes_to_the_dlq_then_acks(engine):
+    engine.executor.program("second.handler", Result(ok=False, exit_code=7))
+    message_id = engine.publish({"kind": "order", "event_id": "evt_9"})
+    engine.read()                                # second.handler has retries: 0 → exhausted at once
+    assert engine.pending() == 0 and engine.state(message_id) == {}
+    (entry,) = engine.dlq()
+    assert set(entry) == {"original_stream", "original_id", "group", "consumer", "event", "reason", "attempts",
+                          "timestamp"}
+    assert (entry["original_stream"], entry["original_id"], entry["group"], entry["consumer"]) == (
+        STREAM, message_id, GROUP, CONSUMER)
+    assert json.loads(entry["event"]) == {"kind": "order", "event_id": "evt_9"}
+    assert entry["reason"] == "attempts exhausted for orders/second.handler" and entry["attempts"] == "1"
+    assert entry["timestamp"].endswith("Z")
+    assert value(engine.metrics.dlq_entries) == 1 and value(engine.metrics.function_dlq_entries, "orders") == 1
+
+
+def test_exhaustion_waits_while_another_invocation_is_runnable(engine):
+    engine.executor.program("first.handler", *[Result(ok=False, exit_code=1)] * 3)
+    message_id = engine.publish({"kind": "order"})
+    engine.read()
+    engine.redeliver(after=MINUTE)
+    engine.redeliver(after=2 * MINUTE)           # attempt 3 of 3 fails: exhausted, but second.handler never ran
+    assert engine.state(message_id)["orders/first.handler"] == "exhausted:3"
+    assert engine.pending() == 1 and engine.dlq() == []
+    engine.redeliver(after=SECOND)               # second.handler runs and succeeds; nothing runnable is left
+    assert engine.handlers_called()[-1] == ("orders", "second.handler")
+    assert engine.pending() == 0
+    (entry,) = engine.dlq()
+    assert entry["attempts"] == "3" and entry["reason"] == "attempts exhausted for orders/first.handler"
+
+
+@pytest.mark.parametrize(("payload", "reason"), [
+    (None, "the entry has no 'event' field"),
+    (b"\xff\xfe", "the 'event' field is not UTF-8 text"),
+    ("{not json", "the 'event' field is not valid JSON"),
+    ("[1, 2]", "the event is a JSON list, not an object"),
+    ('"text"', "the event is a JSON str, not an object"),
+])
+def test_malformed_entries_go_straight_to_the_dlq(engine, payload, reason):
+    if payload is None:
+        message_id = engine.client.xadd(STREAM, {"other": "x"}).decode()
+    else:
+        message_id = engine.publish(payload)
+    engine.read()
+    assert engine.executor.calls == [] and engine.pending() == 0
+    (entry,) = engine.dlq()
+    assert entry["original_id"] == message_id and entry["reason"].startswith(reason) and entry["attempts"] == "0"
+
+
+def test_dlq_write_failure_leaves_the_entry_pending(engine):
+    engine.client.set(dlq_stream(STREAM), "not a stream")      # XADD to it fails with WRONGTYPE
+    engine.publish("{broken")
+    engine.executor.program("second.handler", Result(ok=False, exit_code=1))
+    engine.publish({"kind": "order"})
+    engine.read()
+    assert engine.pending() == 2
+    engine.client.delete(dlq_stream(STREAM))
+    engine.redeliver(after=SECOND)
+    assert engine.pending() == 0 and len(engine.dlq()) == 2
+
+
+def test_a_vanished_function_stops_gating(engine):
+    engine.executor.program("first.handler", Result(ok=False, exit_code=1))
+    message_id = engine.publish({"kind": "order"})
+    engine.read()
+    engine.catalog.remove("orders")
+    engine.redeliver(after=MINUTE)
+    assert engine.pending() == 0 and engine.state(message_id) == {}
+
+
+def test_a_running_marker_from_another_worker_is_respected(engine):
+    message_id = engine.publish({"kind": "refund"})
+    key = markers.state_key(STREAM, GROUP, message_id)
+    engine.client.hset(key, "audit/audit.handler", markers.running(T0 + 10 * SECOND, 1))
+    engine.read()
+    assert engine.executor.calls == [] and engine.pending() == 1
+    engine.redeliver(after=11 * SECOND)          # that worker died: its deadline passed, attempt 2 runs
+    assert engine.handlers_called() == [("audit", "audit.handler")]
+    assert engine.pending() == 0
+
+
+def test_no_free_slot_leaves_the_entry_pending_without_charging(engine):
+    held = engine.slots.function_limit("audit", AUDIT.function.template.concurrency)
+    for _ in range(AUDIT.function.template.concurrency):
+        held.acquire()
+    message_id = engine.publish({"kind": "refund"})
+    engine.read()
+    assert engine.executor.calls == [] and engine.pending() == 1 and engine.state(message_id) == {}
+    assert value(engine.metrics.concurrency_waits) == 1
+    for _ in range(AUDIT.function.template.concurrency):
+        held.release()
+    engine.redeliver(after=SECOND)
+    assert engine.pending() == 0
+
+
+def test_missing_secret_fails_the_invocation(redis_client):
+    from relay.secrets import SecretError
+
+    def environment(fn):
+        raise SecretError("secret 'api-key' is not in the secret store")
+
+    engine = Engine(redis_client, [AUDIT], env=environment)
+    message_id = engine.publish({"kind": "refund"})
+    engine.read()
+    assert engine.executor.calls == []
+    assert engine.state(message_id)["audit/audit.handler"].startswith("next_attempt_at:")
+    assert value(engine.metrics.handler_failure) == 1
+
+
+def test_buffer_full_stops_reading(redis_client):
+    engine = Engine(redis_client, [AUDIT], buffered=2)
+    for _ in range(5):
+        engine.publish({"kind": "none"})
+    engine.consumer.buffer.take(2)                # two entries are being worked on
+    assert not engine.consumer.buffer.wait_for_space(timeout=0.01)
+    engine.consumer.reclaim_once()
+    assert engine.pending() == 0                  # nothing was read or claimed
+    engine.consumer.buffer.release(2)
+    engine.read()
+    assert redis_client.xinfo_groups(STREAM)[0]["entries-read"] == 2   # only the free slots were read
