@@ -27,6 +27,7 @@ class RedisServer:
         self.directory = Path(directory)
         self.port = port or free_port()
         self.password = password
+        self.extra_args = []
         self.process = None
 
     @property
@@ -41,6 +42,7 @@ class RedisServer:
                 "--appendonly", "no", "--dir", str(self.directory)]
         if self.password:
             args += ["--requirepass", self.password]
+        args += self.extra_args
         self.process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:

@@ -1,0 +1,87 @@
+"""Relay workers as real processes for end-to-end tests."""
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ROOT, base_env
+
+HARNESS = ROOT / "tests" / "engine" / "harness.py"
+
+
+class Worker:
+    """A Relay process whose stdout (handler output) and stderr (logs) go to files."""
+
+    def __init__(self, command, env, directory, name):
+        self.stdout_path = Path(directory) / f"{name}.out"
+        self.stderr_path = Path(directory) / f"{name}.err"
+        with open(self.stdout_path, "wb") as out, open(self.stderr_path, "wb") as err:
+            self.process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=out, stderr=err)
+
+    @property
+    def stdout(self):
+        return self.stdout_path.read_text(errors="replace")
+
+    @property
+    def stderr(self):
+        return self.stderr_path.read_text(errors="replace")
+
+    def wait_for(self, fragment, timeout=120, where="stderr", count=1):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if getattr(self, where).count(fragment) >= count:
+                return
+            if self.process.poll() is not None:
+                break
+            time.sleep(0.1)
+        pytest.fail(f"{fragment!r} (x{count}) never appeared in {where}; exit={self.process.poll()}\n"
+                    f"stderr:\n{self.stderr[-4000:]}\nstdout:\n{self.stdout[-2000:]}")
+
+    def stop(self, signum=signal.SIGTERM, timeout=60):
+        if self.process.poll() is None:
+            self.process.send_signal(signum)
+        return self.process.wait(timeout)
+
+    def kill(self):
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()
+
+
+def engine_env(redis_server, **overrides):
+    env = base_env(REDIS_URI=redis_server.address, REDIS_STREAM="events", REDIS_GROUP="relay", **overrides)
+    env["PYTHONPATH"] = str(ROOT)
+    return env
+
+
+def harness_command(functions_dir, consumer, reclaim=1.0, idle=2.0):
+    return [sys.executable, str(HARNESS), str(functions_dir), consumer, str(reclaim), str(idle)]
+
+
+def namespaced_relay_command(functions_dir, state_dir, hostname):
+    """``relay start`` in a private mount and UTS namespace: the directories appear
+    at the fixed paths /functions and /var/lib/relay, and the hostname (the
+    consumer name) is *hostname*; the host's own paths are untouched."""
+    for mount_point in ("/functions", "/var/lib/relay"):
+        os.makedirs(mount_point, exist_ok=True)
+    script = ('hostname "$1"; mount --bind "$2" /functions; mount --bind "$3" /var/lib/relay; shift 3; '
+              'exec "$@"')
+    return [shutil.which("unshare"), "--mount", "--uts", "--propagation", "private", "--", "sh", "-ec", script,
+            "relay-e2e", hostname, str(functions_dir), str(state_dir), sys.executable, "-m", "relay", "start"]
+
+
+def write_function(root, name, template, files):
+    directory = Path(root) / name
+    directory.mkdir(parents=True)
+    (directory / "template.yaml").write_text(template)
+    for relative, text in files.items():
+        path = directory / relative
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    return directory
