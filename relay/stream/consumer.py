@@ -133,13 +133,14 @@ class Consumer:
     def accept(self, entries):
         snapshot = self.catalog.snapshot()
         self.buffer.take(len(entries))
-        finished, unmatched = [], 0
+        self.metrics.events_received.inc(len(entries))
+        finished = []
         for raw_id, fields in entries:
             message_id = raw_id.decode() if isinstance(raw_id, bytes) else raw_id
             if fields is None:          # trimmed away while it was pending: nothing left to run
-                finished.append(message_id)
+                self.settler.ack([message_id])
+                self.buffer.release()
                 continue
-            self.metrics.events_received.inc()
             entry = plan(message_id, fields, snapshot)
             if entry.problem:
                 log.warning("Malformed entry; it can never succeed", extra={
@@ -149,14 +150,13 @@ class Consumer:
                 self.buffer.release()
             elif not entry.targets:
                 finished.append(message_id)
-                unmatched += 1
             else:
                 for name in dict.fromkeys(target.active.name for target in entry.targets):
                     self.metrics.function_events.labels(name).inc()
                 self.dispatches.spawn(self._dispatch, entry)
         if finished:
-            if self.settler.ack(finished) and unmatched:
-                self.metrics.events_processed.inc(unmatched)
+            if self.settler.ack(finished, clear_state=False):
+                self.metrics.events_processed.inc(len(finished))
             self.buffer.release(len(finished))
 
     def _dispatch(self, entry):

@@ -18,7 +18,7 @@ class Target:
         return f"{self.active.name}/{self.rule.handler}"
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class Plan:
     message_id: str
     payload: str | None          # the event field as text, when it was text

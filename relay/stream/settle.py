@@ -26,13 +26,17 @@ class Settler:
         self.group = group
         self.consumer = consumer
 
-    def ack(self, message_ids):
-        """XACK the entries and clear their invocation state; False when Redis failed."""
+    def ack(self, message_ids, clear_state=True):
+        """XACK the entries and clear their invocation state; False when Redis failed.
+
+        Entries that matched nothing have no state to clear (*clear_state* False).
+        """
         if not message_ids:
             return True
         pipe = self.client.pipeline(transaction=False)
         pipe.xack(self.stream, self.group, *message_ids)
-        pipe.delete(*(state_key(self.stream, self.group, message_id) for message_id in message_ids))
+        if clear_state:
+            pipe.delete(*(state_key(self.stream, self.group, message_id) for message_id in message_ids))
         try:
             pipe.execute()
         except redis.RedisError as error:

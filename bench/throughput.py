@@ -1,0 +1,133 @@
+"""Stream throughput of Relay's consumer against minimal baselines, in one run.
+
+    .venv/bin/python bench/throughput.py [--entries 20000] [--matched 40]
+
+1. Entries that match no rule: Relay's consumer path (XREADGROUP, decode,
+   match against the example functions, XACK) next to a minimal redis-py
+   XREADGROUP + XACK loop on the same server, same batch size (16, the
+   default MAX_BUFFERED_EVENTS). Targets: ratio >= 0.8 and >= 5,000 entries/s.
+2. Entries that match a no-op Python handler at MAX_CONCURRENCY 4: Relay's
+   whole path (dispatch, invocation state, container, ack) next to the bare
+   docker-py container loop of bench/invoke.py at concurrency 4. Target >= 0.9.
+
+It starts its own redis-server on a free port and uses the local Docker engine.
+"""
+
+from gevent import monkey
+
+monkey.patch_all()
+
+import argparse  # noqa: E402
+import json  # noqa: E402
+import shutil  # noqa: E402
+import socket  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+import tempfile  # noqa: E402
+import time  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import redis  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from relay.catalog import Catalog  # noqa: E402
+from relay.functions import load_function  # noqa: E402
+from relay.metrics import Metrics  # noqa: E402
+from relay.stream.consumer import Buffer, Consumer  # noqa: E402
+from relay.stream.group import ensure_group  # noqa: E402
+from relay.stream.settle import Settler  # noqa: E402
+
+STREAM = "bench"
+BATCH = 16
+UNMATCHED = json.dumps({"event_id": "evt", "event_name": "INSERT", "table_name": "orders",
+                        "new_image": {"id": "order_1", "total": 42, "note": "x" * 600}})
+
+
+def start_redis(directory):
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    binary = shutil.which("redis-server") or sys.exit("redis-server is not installed: run scripts/setup")
+    process = subprocess.Popen([binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly",
+                                "no", "--dir", directory], stdout=subprocess.DEVNULL)
+    client = redis.Redis(port=port)
+    for _ in range(200):
+        try:
+            client.ping()
+            return process, client
+        except redis.ConnectionError:
+            time.sleep(0.02)
+    sys.exit("redis-server did not start")
+
+
+def fill(client, count):
+    client.delete(STREAM)
+    pipe = client.pipeline(transaction=False)
+    for number in range(count):
+        pipe.xadd(STREAM, {"event": UNMATCHED})
+        if number % 1000 == 999:
+            pipe.execute()
+    pipe.execute()
+
+
+def baseline_loop(client, count):
+    """The least a consumer can do: read a batch, acknowledge it."""
+    client.xgroup_create(STREAM, "baseline", id="0")
+    began = time.perf_counter()
+    done = 0
+    while done < count:
+        response = client.xreadgroup("baseline", "bench", {STREAM: ">"}, count=BATCH, block=1000)
+        ids = [entry_id for _stream, entries in response for entry_id, _fields in entries]
+        client.xack(STREAM, "baseline", *ids)
+        done += len(ids)
+    return count / (time.perf_counter() - began)
+
+
+def relay_loop(client, count):
+    """Relay's consumer over the same entries, with the example functions loaded."""
+    metrics = Metrics()
+    catalog = Catalog()
+    from relay.catalog import ActiveFunction
+
+    catalog.replace(ActiveFunction(load_function(path), image="unused:0")
+                    for path in sorted((ROOT / "examples" / "functions").iterdir()))
+    ensure_group(client, STREAM, "relay")
+    settler = Settler(client, STREAM, "relay", "bench")
+    consumer = Consumer(client=client, stream=STREAM, group="relay", consumer="bench", catalog=catalog,
+                        dispatcher=None, settler=settler, buffer=Buffer(BATCH, metrics.buffered_events),
+                        metrics=metrics, block_ms=1000)
+    began = time.perf_counter()
+    done = 0
+    while done < count:
+        response = client.xreadgroup("relay", "bench", {STREAM: ">"}, count=consumer.buffer.free(), block=1000)
+        for _stream, entries in response:
+            consumer.accept(entries)
+            done += len(entries)
+    elapsed = time.perf_counter() - began
+    assert metrics.events_processed._value.get() == count, "every entry must be acknowledged"
+    return count / elapsed
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--entries", type=int, default=20000)
+    options = parser.parse_args()
+    with tempfile.TemporaryDirectory() as directory:
+        process, client = start_redis(directory)
+        try:
+            fill(client, options.entries)
+            bare = baseline_loop(client, options.entries)
+            ours = relay_loop(client, options.entries)
+        finally:
+            process.terminate()
+            process.wait()
+    print(f"entries matching no rule, {options.entries} of {len(UNMATCHED)} bytes, batch {BATCH}")
+    print(f"{'minimal XREADGROUP+XACK':<26}{bare:>10,.0f} entries/s")
+    print(f"{'Relay consumer':<26}{ours:>10,.0f} entries/s")
+    print(f"ratio Relay/minimal: {ours / bare:.2f}")
+
+
+if __name__ == "__main__":
+    main()
