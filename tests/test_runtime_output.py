@@ -93,3 +93,12 @@ def test_forwarder_prefixes_each_line_and_keeps_streams_apart():
         'relay: function "fn" handler "h.h" message "1-0": out two',
         'relay: function "fn" handler "h.h" message "1-0": err tail',
     ]
+
+
+def test_a_failing_output_drops_lines_without_raising():
+    output = io.StringIO()
+    output.close()
+    forwarder = OutputForwarder(output, prefix("fn", "h.h"))
+    forwarder.feed(frame(1, b"one\ntwo\n"))
+    forwarder.close()
+    assert isinstance(forwarder.failed, ValueError)

@@ -106,11 +106,17 @@ class Lines:
 
 
 class OutputForwarder:
-    """Demultiplexes one container's attach stream onto *output*, one prefixed line per line."""
+    """Demultiplexes one container's attach stream onto *output*, one prefixed line per line.
+
+    If *output* itself fails (a closed stdout), lines are dropped and
+    ``failed`` says so: Relay's own output trouble never decides a handler's
+    result.
+    """
 
     def __init__(self, output, line_prefix):
         self._output = output
         self._prefix = line_prefix
+        self.failed = None  # the first error writing to output
         self._frames = Frames()
         self._streams = {STDOUT: Lines(self._write), STDERR: Lines(self._write)}
 
@@ -125,5 +131,10 @@ class OutputForwarder:
             lines.close()
 
     def _write(self, text):
-        self._output.write(self._prefix + text + "\n")
-        self._output.flush()
+        if self.failed is not None:
+            return
+        try:
+            self._output.write(self._prefix + text + "\n")
+            self._output.flush()
+        except (OSError, ValueError) as error:  # ValueError: the file is closed
+            self.failed = error
