@@ -1,0 +1,178 @@
+"""One handler invocation in one throw-away container.
+
+    create (hardened, AutoRemove, labelled) → attach → register wait → start
+    → event on stdin → forward output until the stream closes → exit code
+
+The rule's timeout bounds all of it: every wait on the engine has the
+remaining time as its socket timeout, and when it runs out the container is
+killed (force-removed) and the invocation is a failure. AutoRemove deletes
+containers that exit; explicit removal is only the backstop for everything
+else -- a failed start, a timeout, an engine error, or the caller cancelling
+(a greenlet killed mid-run) -- and is idempotent.
+
+``Executor.run`` blocks the calling thread or greenlet, never raises for a
+failing handler or an engine error (the Outcome says what happened), and is
+safe to call from many greenlets or threads at once.
+"""
+
+import logging
+import sys
+import time
+from contextlib import nullcontext
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Mapping
+
+from docker.errors import DockerException, ImageNotFound, NotFound
+from requests.exceptions import RequestException
+
+from relay.durations import format_duration
+from relay.errors import ExecutionError
+from relay.runtime import protocol
+from relay.runtime.containers import USER, container_name, host_config, labels, remove_container
+from relay.runtime.output import OutputForwarder, prefix
+
+log = logging.getLogger("relay.runtime.executor")
+
+
+@dataclass(frozen=True)
+class Invocation:
+    function: str            # function name
+    handler: str             # e.g. "events.created.handler"
+    image: str               # image tag to run, e.g. relay-fn-x:0123456789abcdef
+    payload: bytes           # event JSON written to stdin
+    timeout: int             # nanoseconds (relay.durations)
+    env: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))  # template env + secrets
+    message_id: str | None = None
+    event_id: str | None = None
+    event_name: str | None = None
+
+    def __repr__(self):  # env holds secret values: never print them
+        return (f"Invocation(function={self.function!r}, handler={self.handler!r}, image={self.image!r}, "
+                f"message_id={self.message_id!r}, event_id={self.event_id!r})")
+
+
+@dataclass(frozen=True)
+class Outcome:
+    ok: bool
+    exit_code: int | None    # None when it never ran to an exit (start failure, timeout)
+    duration: float          # seconds
+    timed_out: bool = False
+    error: str | None = None  # why it is not ok; never contains env or secret values
+
+
+class Executor:
+    def __init__(self, docker_client, hostname, output=None, *, leases=None):
+        """*output* receives the handlers' lines (default: sys.stdout as it is
+        now); *leases* (an ImageLeases), when given, protects each
+        invocation's image from garbage collection while it runs."""
+        self._api = docker_client.api
+        self._hostname = hostname
+        self._output = output if output is not None else sys.stdout
+        self._leases = leases
+        self._host_config = host_config(self._api)
+
+    def run(self, invocation):
+        started = time.monotonic()
+        with self._leases.lease(invocation.image) if self._leases is not None else nullcontext():
+            outcome = _Execution(self, invocation, started).run()
+        _log_outcome(invocation, outcome)
+        return outcome
+
+
+class _Execution:
+    def __init__(self, executor, invocation, started):
+        self.executor = executor
+        self.api = executor._api
+        self.invocation = invocation
+        self.started = started
+        self.deadline = started + invocation.timeout / 1e9
+        self.container_id = None
+
+    def run(self):
+        invocation = self.invocation
+        forwarder = OutputForwarder(self.executor._output, prefix(
+            invocation.function, invocation.handler, invocation.message_id, invocation.event_id))
+        handle = wait = None
+        exited = False
+        try:
+            self.container_id = self._create()
+            handle, sock = protocol.attach(self.api, self.container_id)
+            wait = protocol.register_wait(self.api, self.container_id, self.deadline)
+            self._start()
+            protocol.send_stdin(sock, invocation.payload, self.deadline)
+            protocol.read_until_closed(sock, forwarder.feed, self.deadline)
+            exit_code = protocol.exit_status(self.api, wait, self.deadline)
+            exited = True
+        except protocol.DeadlineExceeded:
+            return self._outcome(None, timed_out=True,
+                                 error=self._describe(f"timed out after {format_duration(invocation.timeout)}"))
+        except ExecutionError as error:
+            return self._outcome(None, error=self._describe(str(error)))
+        except (DockerException, RequestException, OSError) as error:
+            return self._outcome(None, error=self._describe(f"the Docker engine failed: {_reason(error)}"))
+        finally:
+            protocol.close_quietly(handle, getattr(handle, "_sock", None), getattr(handle, "_response", None), wait)
+            if self.container_id is not None and not exited:
+                remove_container(self.api, self.container_id, _attributes(invocation))
+            forwarder.close()
+            if forwarder.failed is not None:
+                log.warning("Handler output could not be written; lines were dropped",
+                            extra={**_attributes(invocation), "error": str(forwarder.failed)})
+        if exit_code == 0:
+            return self._outcome(0)
+        return self._outcome(exit_code, error=self._describe(f"exited with code {exit_code}"))
+
+    def _create(self):
+        invocation = self.invocation
+        try:
+            created = self.api.create_container(
+                invocation.image,
+                name=container_name(invocation.function),
+                user=USER,
+                stdin_open=True,  # with detach=False: attach stdin, close it after our end-of-file
+                environment={**invocation.env, "RELAY_HANDLER": invocation.handler},
+                labels=labels(invocation, self.executor._hostname),
+                host_config=self.executor._host_config,
+                use_config_proxy=False,  # the container's env is the template's, nothing else
+            )
+        except ImageNotFound:
+            raise ExecutionError(f"image {invocation.image} does not exist") from None
+        return created["Id"]
+
+    def _start(self):
+        try:
+            self.api.start(self.container_id)
+        except NotFound:
+            raise ExecutionError("the container disappeared before it started") from None
+        except DockerException as error:
+            raise ExecutionError(f"the container did not start: {_reason(error)}") from None
+
+    def _describe(self, reason):
+        return f'function "{self.invocation.function}" handler "{self.invocation.handler}": {reason}'
+
+    def _outcome(self, exit_code, timed_out=False, error=None):
+        return Outcome(ok=exit_code == 0 and error is None, exit_code=exit_code,
+                       duration=time.monotonic() - self.started, timed_out=timed_out, error=error)
+
+
+def _log_outcome(invocation, outcome):
+    attributes = {**_attributes(invocation), "duration": round(outcome.duration, 3), "exit_code": outcome.exit_code}
+    if outcome.timed_out:
+        log.warning("Handler timed out; its container was killed", extra=attributes)
+    elif outcome.exit_code is None:
+        log.warning("Handler could not run", extra={**attributes, "error": outcome.error})
+    else:
+        # The dispatcher logs the outcome of each invocation; this is the container's side.
+        log.debug("Handler container exited", extra=attributes)
+
+
+def _attributes(invocation):
+    return {"function": invocation.function, "handler": invocation.handler, "message_id": invocation.message_id,
+            "event_id": invocation.event_id, "event_name": invocation.event_name}
+
+
+def _reason(error):
+    explanation = getattr(error, "explanation", None)
+    text = str(explanation or error).strip() or type(error).__name__
+    return text if len(text) <= 300 else text[:297] + "..."

@@ -1,0 +1,97 @@
+"""Garbage collection of old function images.
+
+Only tags of the exact form relay-fn-<function name>:<16 hex> are ever
+considered. A tag is removed when it is not the active image of its function
+and no in-flight invocation holds a lease on it; a leased one is removed when
+its last lease is released, unless it has become active again by then (a
+reverted function reuses its old tag). relay-dep-* images, untagged layers and
+every other image are never touched, and nothing is forced: an image a
+container still uses (another Relay on this engine, say) stays.
+"""
+
+import logging
+import re
+
+from docker.errors import APIError, NotFound
+from requests.exceptions import RequestException
+
+from relay.runtime.recipes import FUNCTION_REPOSITORY_PREFIX
+
+log = logging.getLogger("relay.runtime.gc")
+
+_FUNCTION_TAG = re.compile(re.escape(FUNCTION_REPOSITORY_PREFIX) + r"([a-z0-9][a-z0-9._-]*):([0-9a-f]{16})", re.ASCII)
+
+
+def collect_garbage(docker_client, active, leases, functions=None):
+    """Remove the function image tags nobody needs; return the tags removed now.
+
+    *active* maps function name -> active image tag. It is read again when a
+    leased tag's last lease ends, so pass the live mapping the dispatcher uses
+    (or one that stays valid). *functions* limits the pass to those function
+    names (after one is removed or swapped); None considers every function
+    image on the engine (at startup).
+    """
+    only = None if functions is None else frozenset(functions)
+    try:
+        images = docker_client.api.images(name=f"{FUNCTION_REPOSITORY_PREFIX}*")
+    except (APIError, RequestException) as error:
+        log.warning("Cannot list images for garbage collection", extra={"error": str(error)})
+        return []
+    keep = set(active.values())
+    later = _remover(docker_client, active)
+    removed = []
+    for image in images:
+        for tag in image.get("RepoTags") or ():
+            name = function_of(tag)
+            if name is None or (only is not None and name not in only) or tag in keep:
+                continue
+            if leases.in_use(tag):
+                leases.when_idle(tag, later)
+                log.debug("Image in use; it will be removed after its last invocation", extra={"image": tag})
+            elif _remove(docker_client, tag):
+                removed.append(tag)
+    return removed
+
+
+def retire_image(docker_client, tag, leases, active):
+    """Remove the old version *tag* now, or after its last lease, unless
+    *active* (the live mapping) holds it again by then. Returns whether it
+    was handled now."""
+    if not is_function_tag(tag):
+        return False
+    return leases.when_idle(tag, _remover(docker_client, active))
+
+
+def is_function_tag(tag):
+    return function_of(tag) is not None
+
+
+def function_of(tag):
+    """The function name in a relay-fn-<name>:<16 hex> tag, or None for any other tag."""
+    found = _FUNCTION_TAG.fullmatch(tag)
+    return found.group(1) if found else None
+
+
+def _remover(docker_client, active):
+    """A when_idle callback: remove the tag unless it became active again meanwhile."""
+
+    def remove(tag):
+        if tag not in set(active.values()):
+            _remove(docker_client, tag)
+
+    return remove
+
+
+def _remove(docker_client, tag):
+    try:
+        docker_client.api.remove_image(tag, force=False, noprune=False)
+    except NotFound:
+        return False
+    except APIError as error:
+        log.info("Old function image kept", extra={"image": tag, "reason": str(error.explanation or error)})
+        return False
+    except RequestException as error:
+        log.warning("Cannot remove old function image", extra={"image": tag, "error": str(error)})
+        return False
+    log.info("Removed old function image", extra={"image": tag})
+    return True

@@ -1,0 +1,105 @@
+"""The Engine API calls of one execution that docker-py has no public form for.
+
+A container created with AutoRemove is deleted by the engine as soon as it
+exits, so asking for its exit code afterwards can find nothing. Like the
+docker CLI's ``run --rm``, Relay therefore sends the wait request *before*
+starting the container, with the condition ``removed``: the engine answers
+the headers as soon as the wait is registered and the body (with the exit
+code) once the container is exited *and* gone. Reading the headers first
+proves the exit cannot be missed, and an invocation that has ended leaves no
+container behind that could still hold its image (leases rely on that).
+docker-py's ``wait`` reads headers and body at once, hence the request is
+made here with its lower-level helpers.
+
+Deadlines are enforced on the sockets themselves (a timeout set before each
+read), which works the same with and without gevent.
+"""
+
+import socket
+import time
+
+from relay.errors import ExecutionError
+
+
+class DeadlineExceeded(Exception):
+    """The invocation's deadline passed while Relay was waiting on the engine."""
+
+
+def attach(api, container_id):
+    """The hijacked attach connection (stdin, stdout, stderr), opened before start
+    so no output is lost. Returns (handle to close, socket to read and write)."""
+    handle = api.attach_socket(container_id, params={"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1})
+    return handle, getattr(handle, "_sock", handle)
+
+
+def register_wait(api, container_id, deadline):
+    """Send the wait request and return its response once the engine registered it."""
+    response = api._post(api._url("/containers/{0}/wait", container_id), params={"condition": "removed"},
+                         stream=True, timeout=(10.0, _remaining(deadline)))
+    api._raise_for_status(response)
+    return response
+
+
+def exit_status(api, response, deadline):
+    """The exit code the registered wait reports; DeadlineExceeded if it does not come in time."""
+    sock = api._get_raw_response_socket(response)
+    getattr(sock, "_sock", sock).settimeout(_remaining(deadline))
+    try:
+        body = response.json()
+        status = body["StatusCode"]
+    except Exception as error:  # a timeout surfaces as one of several requests/urllib3 errors
+        if time.monotonic() >= deadline:
+            raise DeadlineExceeded() from None
+        raise ExecutionError(f"waiting for the container's exit failed: {error}") from None
+    failure = body.get("Error")
+    if failure and failure.get("Message"):
+        raise ExecutionError(f"waiting for the container's exit failed: {failure['Message']}")
+    return int(status)
+
+
+def send_stdin(sock, payload, deadline):
+    """Write the event and close our side, so the handler reads end-of-file.
+
+    A process that exits without reading all of stdin is not an engine
+    failure: its output and exit code are still to be read.
+    """
+    try:
+        if payload:
+            sock.settimeout(_remaining(deadline))
+            sock.sendall(payload)
+        sock.shutdown(socket.SHUT_WR)
+    except socket.timeout:
+        raise DeadlineExceeded() from None
+    except (BrokenPipeError, ConnectionResetError):
+        pass
+
+
+def read_until_closed(sock, feed, deadline, size=65536):
+    """Pass everything the attach stream delivers to *feed* until the engine
+    closes it (the container's process exited)."""
+    while True:
+        try:
+            sock.settimeout(_remaining(deadline))
+            data = sock.recv(size)
+        except socket.timeout:
+            raise DeadlineExceeded() from None
+        if not data:
+            return
+        feed(data)
+
+
+def close_quietly(*closables):
+    for closable in closables:
+        if closable is None:
+            continue
+        try:
+            closable.close()
+        except Exception:  # closing a half-dead connection may fail; there is nothing left to do
+            pass
+
+
+def _remaining(deadline):
+    remaining = deadline - time.monotonic()
+    if remaining <= 0:
+        raise DeadlineExceeded()
+    return remaining

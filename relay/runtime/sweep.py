@@ -1,0 +1,75 @@
+"""The orphan sweep: at start, remove the execution containers a previous
+Relay process on this host left behind.
+
+Only containers with a relay.function label *and* a relay.hostname label equal
+to this worker's hostname are removed, running or exited. Another hostname's
+containers (a live or crashed replica's) and non-Relay containers are never
+touched, and nothing is pruned. The sweep is bounded: after the deadline it
+stops and says how many were left.
+"""
+
+import logging
+import threading
+import time
+
+from docker.errors import APIError
+from requests.exceptions import RequestException
+
+from relay.runtime.containers import FUNCTION_LABEL, HOSTNAME_LABEL, remove_container
+
+log = logging.getLogger("relay.runtime.sweep")
+
+DEADLINE_SECONDS = 30.0
+
+
+def sweep_orphans(docker_client, hostname, deadline_seconds=DEADLINE_SECONDS):
+    """Remove this host's orphaned execution containers; return how many were removed.
+
+    The work runs in a helper thread (a greenlet under gevent) so a hung
+    engine cannot hold the caller past the deadline.
+    """
+    sweep = _Sweep(docker_client.api, hostname, time.monotonic() + deadline_seconds)
+    worker = threading.Thread(target=sweep.run, name="relay-orphan-sweep", daemon=True)
+    worker.start()
+    worker.join(deadline_seconds)
+    if worker.is_alive():
+        sweep.stop = True
+        log.warning("Orphan sweep did not finish in time; the rest stay for the next start",
+                    extra={"hostname": hostname, "removed": sweep.removed, "deadline": f"{deadline_seconds:g}s"})
+    elif sweep.found:
+        log.info("Removed orphaned containers", extra={"hostname": hostname, "removed": sweep.removed,
+                                                       "found": sweep.found})
+    return sweep.removed
+
+
+class _Sweep:
+    def __init__(self, api, hostname, deadline):
+        self.api = api
+        self.hostname = hostname
+        self.deadline = deadline
+        self.stop = False
+        self.found = 0
+        self.removed = 0
+
+    def run(self):
+        try:
+            listed = self.api.containers(all=True, filters={
+                "label": [FUNCTION_LABEL, f"{HOSTNAME_LABEL}={self.hostname}"]})
+        except (APIError, RequestException) as error:
+            log.warning("Orphan sweep cannot list containers", extra={"error": str(error)})
+            return
+        orphans = [entry for entry in listed if self._owned(entry.get("Labels") or {})]
+        self.found = len(orphans)
+        for entry in orphans:
+            if self.stop or time.monotonic() >= self.deadline:
+                return
+            labels = entry.get("Labels") or {}
+            if remove_container(self.api, entry["Id"], {"function": labels.get(FUNCTION_LABEL)}):
+                self.removed += 1
+                log.debug("Removed orphaned container", extra={
+                    "container": entry["Id"][:12], "function": labels.get(FUNCTION_LABEL),
+                    "handler": labels.get("relay.handler"), "state": entry.get("State")})
+
+    def _owned(self, labels):
+        """Checked again here: the engine's filter is the first line, not the only one."""
+        return FUNCTION_LABEL in labels and labels.get(HOSTNAME_LABEL) == self.hostname

@@ -1,0 +1,358 @@
+"""Executing handlers in real containers: Python and Node handlers, failures,
+timeouts, output forwarding, hardening, clean-up, and concurrency under gevent."""
+
+import io
+import json
+import logging
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from relay.durations import SECOND
+from relay.runtime.executor import Executor, Invocation
+from relay.runtime.images import ImageBuilder
+from relay.runtime.output import MAX_LINE_BYTES, TRUNCATED
+from relay.runtime.recipes import dependency_recipe
+from relay.runtime.registry import RUNTIMES
+from tests.runtime_helpers import (Pins, containers_of, copy_function, remove_containers, remove_images, token,
+                                   wait_until)
+
+ROOT = Path(__file__).resolve().parent.parent
+SECRET = "s3cr3t-value-never-logged"
+FIXTURES = ("rt-python", "rt-node-esm", "rt-node-pkg", "rt-node-cjs")
+
+
+@pytest.fixture(scope="module")
+def images(docker_engine, tmp_path_factory):
+    """The fixture functions under per-session names, built once: {fixture: (Function, tag)}."""
+    root = tmp_path_factory.mktemp("functions")
+    marker = token()
+    builder = ImageBuilder(docker_engine)
+    pins = Pins(docker_engine)
+    created, built = [], {}
+    try:
+        for fixture in FIXTURES:
+            function = copy_function(fixture, root, f"{fixture}-{marker}", marker)
+            dependencies = dependency_recipe(function.directory, RUNTIMES[function.template.runtime],
+                                             builder.architecture())
+            created += [function.image] + ([dependencies.tag] if dependencies else [])
+            built[fixture] = (function, builder.prepare(function))
+            pins.add(function.image)
+        yield built
+    finally:
+        pins.release()
+        remove_images(docker_engine, created)
+
+
+@pytest.fixture
+def hostname(docker_engine):
+    name = f"rt-exec-{token()}"
+    yield name
+    leftovers = wait_until(lambda: not containers_of(docker_engine, name), timeout=10)
+    remove_containers(docker_engine, name)
+    assert leftovers, f"containers of {name} were left behind"
+
+
+@pytest.fixture
+def output():
+    return io.StringIO()
+
+
+@pytest.fixture
+def executor(docker_engine, hostname, output):
+    return Executor(docker_engine, hostname, output)
+
+
+def invoke(executor, images, fixture, handler, event=None, timeout=20 * SECOND, **extra):
+    function, tag = images[fixture]
+    env = {**function.template.env, "API_TOKEN": SECRET} if "python" in fixture else dict(function.template.env)
+    payload = json.dumps(event if event is not None else {"n": 1}).encode()
+    return executor.run(Invocation(function=function.name, handler=handler, image=tag, payload=payload,
+                                   timeout=timeout, env=env, message_id=extra.get("message_id", "1-0"),
+                                   event_id=extra.get("event_id", "evt-1"), event_name="INSERT"))
+
+
+def lines(output, images, fixture, handler, message_id="1-0", event_id="evt-1"):
+    function, _ = images[fixture]
+    prefix = f'relay: function "{function.name}" handler "{handler}" message "{message_id}" event "{event_id}": '
+    found = output.getvalue().splitlines()
+    assert all(line.startswith(prefix) for line in found), found
+    return [line[len(prefix):] for line in found]
+
+
+# --- Python ---
+
+def test_python_sync_handler_gets_the_event_and_env(executor, images, output):
+    outcome = invoke(executor, images, "rt-python", "handler.handler", {"n": 1, "user": {"id": "u1"}})
+    assert outcome.ok and outcome.exit_code == 0 and not outcome.timed_out and outcome.error is None
+    assert 0 < outcome.duration < 20
+    assert lines(output, images, "rt-python", "handler.handler") == [
+        'sync {"n": 1, "user": {"id": "u1"}}', f"env hello {SECRET} handler.handler"]
+
+
+def test_python_async_handler(executor, images, output):
+    assert invoke(executor, images, "rt-python", "coroutines.handler", {"n": 7}).ok
+    assert lines(output, images, "rt-python", "coroutines.handler") == ["async 7"]
+
+
+def test_python_nested_handler_in_a_namespace_package(executor, images, output):
+    assert invoke(executor, images, "rt-python", "pkg.inner.jobs.run").ok
+    assert lines(output, images, "rt-python", "pkg.inner.jobs.run") == ["nested pkg.inner.jobs"]
+
+
+def test_python_failing_handler_exits_one_with_a_traceback(executor, images, output, caplog):
+    with caplog.at_level(logging.DEBUG, logger="relay"):
+        outcome = invoke(executor, images, "rt-python", "failing.handler")
+    function, _ = images["rt-python"]
+    assert not outcome.ok and outcome.exit_code == 1 and not outcome.timed_out
+    assert outcome.error == f'function "{function.name}" handler "failing.handler": exited with code 1'
+    forwarded = lines(output, images, "rt-python", "failing.handler")
+    assert forwarded[0] == "about to fail"
+    assert "Traceback (most recent call last):" in forwarded
+    assert forwarded[-1] == "RuntimeError: handler failed on purpose"
+    assert SECRET not in caplog.text and SECRET not in repr(outcome)
+
+
+def test_the_exit_code_is_the_handlers(executor, images):
+    outcome = invoke(executor, images, "rt-python", "failing.exits", {"code": 42})
+    assert not outcome.ok and outcome.exit_code == 42
+
+
+def test_output_is_forwarded_line_by_line_with_long_lines_cut(executor, images, output):
+    assert invoke(executor, images, "rt-python", "chatty.handler").ok
+    forwarded = lines(output, images, "rt-python", "chatty.handler")
+    assert sorted(forwarded, key=len)[:3] == ["to stderr", "no newline at the end", "first half second half"]
+    stdout = [line for line in forwarded if line != "to stderr"]
+    assert stdout == ["first half second half", "z" * MAX_LINE_BYTES + TRUNCATED, "no newline at the end"]
+
+
+def test_a_large_event_reaches_stdin(executor, images, output):
+    event = {"blob": "x" * 2_000_000}
+    assert invoke(executor, images, "rt-python", "handler.size", event).ok
+    assert lines(output, images, "rt-python", "handler.size") == [f"received {len(json.dumps(event))} bytes"]
+
+
+def test_a_timeout_kills_the_container_and_leaves_nothing(executor, images, output, docker_engine, hostname):
+    started = time.monotonic()
+    outcome = invoke(executor, images, "rt-python", "slow.handler", {"seconds": 60}, timeout=SECOND)
+    assert time.monotonic() - started < 5
+    assert outcome.timed_out and not outcome.ok and outcome.exit_code is None
+    assert outcome.error.endswith('handler "slow.handler": timed out after 1s')
+    assert lines(output, images, "rt-python", "slow.handler") == ["started"]
+    assert wait_until(lambda: not containers_of(docker_engine, hostname), timeout=5)
+
+
+def test_a_missing_image_is_a_failure_not_an_exception(executor, images):
+    function, _ = images["rt-python"]
+    outcome = executor.run(Invocation(function=function.name, handler="handler.handler",
+                                      image=f"relay-fn-{function.name}:ffffffffffffffff", payload=b"{}",
+                                      timeout=5 * SECOND, env={}))
+    assert not outcome.ok and outcome.exit_code is None and not outcome.timed_out
+    assert "does not exist" in outcome.error
+
+
+def test_a_start_failure_is_cleaned_up(executor, docker_engine, hostname):
+    tag = f"relay-fn-rt-broken-{token()}:0000000000000000"
+    context = io.BytesIO()
+    import tarfile
+    with tarfile.open(fileobj=context, mode="w") as tar:
+        dockerfile = b'FROM python:3.14-slim\nENTRYPOINT ["/no/such/program"]\n'
+        info = tarfile.TarInfo("Dockerfile")
+        info.size = len(dockerfile)
+        tar.addfile(info, io.BytesIO(dockerfile))
+    context.seek(0)
+    list(docker_engine.api.build(fileobj=context, custom_context=True, tag=tag, rm=True, decode=True))
+    try:
+        outcome = executor.run(Invocation(function="rt-broken", handler="h.h", image=tag, payload=b"{}",
+                                          timeout=10 * SECOND, env={}))
+        assert not outcome.ok and outcome.exit_code is None
+        assert "did not start" in outcome.error
+        assert wait_until(lambda: not containers_of(docker_engine, hostname), timeout=5)
+    finally:
+        remove_images(docker_engine, [tag])
+
+
+def test_hardening_and_labels_read_back_from_a_running_container(executor, images, output, docker_engine, hostname):
+    function, tag = images["rt-python"]
+    result = {}
+    worker = threading.Thread(target=lambda: result.update(outcome=invoke(
+        executor, images, "rt-python", "probe.handler", {"linger": 4}, message_id="1700000000000-7",
+        event_id="evt-probe")))
+    worker.start()
+    try:
+        running = wait_until(lambda: [c for c in containers_of(docker_engine, hostname) if c["State"] == "running"],
+                             timeout=15)
+        assert running, "the probe container never ran"
+        info = docker_engine.api.inspect_container(running[0]["Id"])
+    finally:
+        worker.join(30)
+    config, host = info["Config"], info["HostConfig"]
+    assert config["User"] == "10001:10001"
+    assert host["Memory"] == 128 * 1024 * 1024
+    assert host["NanoCpus"] == 1_000_000_000
+    assert host["PidsLimit"] == 128
+    assert host["CapDrop"] == ["ALL"]
+    assert host["SecurityOpt"] == ["no-new-privileges"]
+    assert host["ReadonlyRootfs"] is True
+    assert host["Tmpfs"] == {"/tmp": "rw,nosuid,nodev,size=64m,mode=1777"}
+    assert host["AutoRemove"] is True
+    assert host["NetworkMode"] == "default"  # the engine's default network: outbound stays possible
+    assert host["LogConfig"]["Type"] == "none"
+    assert config["OpenStdin"] and config["StdinOnce"]
+    labels = {key: value for key, value in config["Labels"].items() if key.startswith("relay.")
+              and not key.startswith("relay.build.")}
+    assert labels == {
+        "relay.function": function.name, "relay.handler": "probe.handler", "relay.message_id": "1700000000000-7",
+        "relay.event_id": "evt-probe", "relay.event_name": "INSERT", "relay.hostname": hostname,
+        "relay.image": tag}
+    assert "RELAY_HANDLER=probe.handler" in config["Env"] and "GREETING=hello" in config["Env"]
+    assert f"API_TOKEN={SECRET}" in config["Env"]  # secrets live only in the container's env
+    assert docker_engine.api.inspect_image(tag)["Config"]["User"] == "10001:10001"  # baked into the image
+    assert result["outcome"].ok
+    forwarded = lines(output, images, "rt-python", "probe.handler", "1700000000000-7", "evt-probe")
+    assert forwarded == ["uid=10001 gid=10001 home=/tmp", "CapPrm: 0000000000000000", "CapEff: 0000000000000000",
+                         "NoNewPrivs: 1", "write /function/written: Read-only file system", "write /tmp/written: ok"]
+
+
+def test_the_image_holds_the_source_but_not_the_template(docker_engine, images):
+    _, tag = images["rt-python"]
+    listing = docker_engine.containers.run(tag, entrypoint=["ls", "-A", "/function", "/opt/relay"], remove=True,
+                                           network_disabled=True)
+    assert listing.decode().split() == [
+        "/function:", "chatty.py", "coroutines.py", "failing.py", "handler.py", "pkg", "probe.py", "slow.py",
+        "/opt/relay:", "relay_bootstrap.py"]
+
+
+# --- Node ---
+
+def test_node_esm_without_package_json(executor, images, output, docker_engine):
+    assert invoke(executor, images, "rt-node-esm", "handler.handler", {"n": 3}).ok
+    assert lines(output, images, "rt-node-esm", "handler.handler") == ['esm {"n":3} hello handler.handler']
+    _, tag = images["rt-node-esm"]
+    injected = docker_engine.containers.run(tag, entrypoint=["cat", "/function/package.json"], remove=True,
+                                            network_disabled=True)
+    assert injected == b'{"type":"module"}\n'
+
+
+@pytest.mark.parametrize("handler, expected", [("lib.greet.handler", "nested 1"), ("legacy.handler", "cjs file 1")])
+def test_node_module_lookup_by_file(executor, images, output, handler, expected):
+    assert invoke(executor, images, "rt-node-esm", handler).ok
+    assert lines(output, images, "rt-node-esm", handler) == [expected]
+
+
+def test_node_failing_handler_exits_one_with_its_stack(executor, images, output):
+    outcome = invoke(executor, images, "rt-node-esm", "failing.handler")
+    assert not outcome.ok and outcome.exit_code == 1
+    forwarded = lines(output, images, "rt-node-esm", "failing.handler")
+    assert forwarded[0] == "about to fail"
+    assert forwarded[1] == "Error: handler failed on purpose"
+
+
+def test_node_missing_module_is_reported(executor, images, output):
+    outcome = invoke(executor, images, "rt-node-esm", "nothere.handler")
+    assert outcome.exit_code == 1
+    assert lines(output, images, "rt-node-esm", "nothere.handler") == [
+        "relay: no module nothere: none of /function/nothere.js, /function/nothere.mjs, /function/nothere.cjs exists"]
+
+
+def test_node_esm_with_a_package_json(executor, images, output):
+    assert invoke(executor, images, "rt-node-pkg", "handler.handler", {"n": 5}).ok
+    assert lines(output, images, "rt-node-pkg", "handler.handler") == ["esm with package.json module 5"]
+
+
+def test_node_commonjs_package(executor, images, output):
+    assert invoke(executor, images, "rt-node-cjs", "handler.handler", {"n": 6}).ok
+    assert lines(output, images, "rt-node-cjs", "handler.handler") == ["commonjs object handler.js 6"]
+
+
+# --- Concurrency and resources ---
+
+def test_threads_run_invocations_in_parallel(executor, images):
+    outcomes = []
+    started = time.monotonic()
+    workers = [threading.Thread(target=lambda: outcomes.append(
+        invoke(executor, images, "rt-python", "slow.handler", {"seconds": 1.5}))) for _ in range(3)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join(30)
+    assert [outcome.ok for outcome in outcomes] == [True] * 3
+    assert time.monotonic() - started < 4.5 - 0.5  # serially it would take at least 4.5 s
+
+
+def test_no_file_descriptors_leak(executor, images):
+    invoke(executor, images, "rt-python", "coroutines.handler")  # warm the connection pool
+    before = len(os.listdir("/proc/self/fd"))
+    for _ in range(8):
+        invoke(executor, images, "rt-python", "coroutines.handler")
+    invoke(executor, images, "rt-python", "slow.handler", {"seconds": 30}, timeout=SECOND // 2)
+    assert len(os.listdir("/proc/self/fd")) <= before + 2
+
+
+GEVENT_SCRIPT = r"""
+from gevent import monkey
+monkey.patch_all()
+
+import io, json, sys, time
+import docker
+import gevent
+from relay.durations import SECOND
+from relay.runtime.executor import Executor, Invocation
+
+function, image, hostname = sys.argv[1:4]
+client = docker.from_env()
+output = io.StringIO()
+executor = Executor(client, hostname, output)
+
+def invocation(number, seconds, timeout=30 * SECOND):
+    return Invocation(function=function, handler="slow.handler", image=image, timeout=timeout, env={},
+                      payload=json.dumps({"seconds": seconds}).encode(), message_id=f"{number}-0")
+
+ticks, gaps = [], []
+def ticker():
+    last = time.monotonic()
+    while True:
+        gevent.sleep(0.02)
+        now = time.monotonic()
+        gaps.append(now - last)
+        last = now
+
+tick = gevent.spawn(ticker)
+started = time.monotonic()
+jobs = [gevent.spawn(executor.run, invocation(number, 1.5)) for number in range(4)]
+gevent.joinall(jobs, timeout=60)
+elapsed = time.monotonic() - started
+
+# Cancelling a running invocation (killing its greenlet) must still remove its container.
+cancelled = gevent.spawn(executor.run, invocation(9, 60))
+while output.getvalue().count("started") < 5:  # the fifth handler is running
+    gevent.sleep(0.05)
+cancelled.kill(block=True, timeout=30)
+left = client.api.containers(all=True, filters={"label": f"relay.hostname={hostname}"})
+tick.kill()
+print(json.dumps({
+    "elapsed": elapsed, "ok": [job.value.ok for job in jobs], "max_gap": max(gaps),
+    "lines": output.getvalue().count("started"), "cancelled_dead": cancelled.dead,
+    "left_after_cancel": len(left),
+}))
+"""
+
+
+def test_gevent_invocations_overlap_and_the_hub_keeps_running(images, docker_engine, hostname):
+    function, tag = images["rt-python"]
+    result = subprocess.run([sys.executable, "-c", GEVENT_SCRIPT, function.name, tag, hostname],
+                            capture_output=True, text=True, cwd=ROOT, timeout=120,
+                            env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert report["ok"] == [True] * 4
+    assert report["elapsed"] < 4.0  # four 1.5 s handlers one after the other would take 6 s and more
+    assert report["max_gap"] < 0.5  # no invocation step blocked the hub for long
+    assert report["lines"] == 5
+    assert report["cancelled_dead"] and report["left_after_cancel"] == 0
+    assert wait_until(lambda: not containers_of(docker_engine, hostname), timeout=10)

@@ -1,0 +1,154 @@
+"""Garbage collection of old function images, with leases protecting in-flight invocations."""
+
+import logging
+import threading
+import time
+
+import pytest
+from docker.errors import APIError, NotFound
+
+from relay.durations import SECOND
+from relay.functions import load_function
+from relay.runtime.executor import Executor, Invocation
+from relay.runtime.image_gc import collect_garbage, retire_image
+from relay.runtime.images import ImageBuilder
+from relay.runtime.leases import ImageLeases
+from tests.runtime_helpers import (Pins, containers_of, function_tags, image_exists, remove_images, token,
+                                   wait_until, write_function)
+
+A1, A2, A3 = "relay-fn-a:" + "1" * 16, "relay-fn-a:" + "2" * 16, "relay-fn-a:" + "3" * 16
+B1 = "relay-fn-b:" + "4" * 16
+FOREIGN = ["relay-fn-a:latest", "relay-fn-a:" + "5" * 15, "relay-dep-" + "6" * 64 + ":latest",
+           "example/relay-fn-a:" + "7" * 16, "relay-fn-Upper:" + "8" * 16, "python:3.14-slim"]
+
+
+class FakeAPI:
+    """Just enough of docker-py's APIClient: a list of tags, some of them refusing removal."""
+
+    def __init__(self, tags, refuse=()):
+        self.tags = list(tags)
+        self.refuse = set(refuse)
+        self.removed = []
+
+    def images(self, name=None):
+        return [{"RepoTags": [tag]} for tag in self.tags]
+
+    def remove_image(self, tag, force=False, noprune=False):
+        assert not force
+        if tag not in self.tags:
+            raise NotFound("no such image")
+        if tag in self.refuse:
+            response = type("Response", (), {"status_code": 409, "reason": "Conflict"})()
+            raise APIError("conflict", response, explanation="image is being used by running container")
+        self.tags.remove(tag)
+        self.removed.append(tag)
+
+
+class FakeClient:
+    def __init__(self, api):
+        self.api = api
+
+
+def test_removes_old_and_orphaned_function_tags_only():
+    api = FakeAPI([A1, A2, A3, B1, *FOREIGN])
+    removed = collect_garbage(FakeClient(api), {"a": A3}, ImageLeases())
+    assert sorted(removed) == [A1, A2, B1]
+    assert sorted(api.tags) == sorted([A3, *FOREIGN])
+
+
+def test_a_scoped_pass_touches_only_the_named_functions():
+    api = FakeAPI([A1, A3, B1])
+    assert collect_garbage(FakeClient(api), {"a": A3}, ImageLeases(), functions=["b"]) == [B1]
+    assert sorted(api.tags) == [A1, A3]
+
+
+def test_a_leased_tag_waits_for_its_last_release():
+    api, leases = FakeAPI([A1, A2]), ImageLeases()
+    leases.acquire(A1)
+    assert collect_garbage(FakeClient(api), {"a": A2}, leases) == []
+    assert A1 in api.tags
+    leases.release(A1)
+    assert api.removed == [A1]
+
+
+def test_a_leased_tag_that_became_active_again_is_kept():
+    api, leases = FakeAPI([A1, A2]), ImageLeases()
+    active = {"a": A2}
+    leases.acquire(A1)
+    collect_garbage(FakeClient(api), active, leases)
+    active["a"] = A1  # the function was reverted to the old source while A1 was still running
+    leases.release(A1)
+    assert api.removed == []
+
+
+def test_an_image_a_container_still_uses_is_kept(caplog):
+    api = FakeAPI([A1, A2], refuse=[A1])
+    with caplog.at_level(logging.INFO, logger="relay.runtime"):
+        assert collect_garbage(FakeClient(api), {"a": A2}, ImageLeases()) == []
+    assert A1 in api.tags and "Old function image kept" in caplog.text
+
+
+def test_retire_image():
+    api, leases = FakeAPI([A1, A2]), ImageLeases()
+    assert retire_image(FakeClient(api), A1, leases, {"a": A2}) is True
+    assert api.removed == [A1]
+    leases.acquire(A2)
+    assert retire_image(FakeClient(api), A2, leases, {}) is False
+    leases.release(A2)
+    assert api.removed == [A1, A2]
+    assert retire_image(FakeClient(api), "python:3.14-slim", leases, {}) is False
+
+
+@pytest.fixture
+def versions(docker_engine, tmp_path):
+    """Two built versions of one function whose handler sleeps: (name, old tag, new tag)."""
+    directory = tmp_path / f"gc-inflight-{token()}"
+    source = "import time\n\ndef handler(event):\n    print('{version}', flush=True)\n    time.sleep(event['s'])\n"
+    builder = ImageBuilder(docker_engine)
+    old = write_function(directory, "python3.14", {"handler.py": source.format(version="v1")})
+    builder.prepare(old)
+    (directory / "handler.py").write_text(source.format(version="v2"))
+    new = load_function(directory)
+    builder.prepare(new)
+    yield old.name, old.image, new.image
+    remove_images(docker_engine, [old.image, new.image])
+
+
+def test_gc_never_removes_an_image_an_in_flight_invocation_uses(docker_engine, versions, capsys, monkeypatch):
+    name, old, new = versions
+    pins = Pins(docker_engine)
+    pins.add(new)  # only the active version; the old one must stay removable
+    attempts = []
+    remove_image = docker_engine.api.remove_image
+    monkeypatch.setattr(docker_engine.api, "remove_image",
+                        lambda tag, **options: (attempts.append(tag), remove_image(tag, **options))[1])
+    hostname = f"rt-gc-{token()}"
+    leases = ImageLeases()
+    executor = Executor(docker_engine, hostname, leases=leases)
+    result = {}
+    worker = threading.Thread(target=lambda: result.update(outcome=executor.run(Invocation(
+        function=name, handler="handler.handler", image=old, payload=b'{"s": 3}', timeout=30 * SECOND, env={}))))
+    worker.start()
+    try:
+        assert wait_until(lambda: [c for c in containers_of(docker_engine, hostname) if c["State"] == "running"],
+                          timeout=15), result
+        assert leases.in_use(old)
+        assert collect_garbage(docker_engine, {name: new}, leases, functions=[name]) == []
+        time.sleep(0.5)
+        assert attempts == [], "garbage collection tried to remove an image in use"
+        assert image_exists(docker_engine, old)
+    finally:
+        worker.join(30)
+        pins.release()
+    assert result["outcome"].ok
+    assert attempts == [old]  # removed when the last invocation using it ended
+    assert function_tags(docker_engine, name) == [new]
+    assert "v1" in capsys.readouterr().out
+
+
+def test_gc_at_startup_removes_a_removed_functions_images(docker_engine, versions):
+    name, old, new = versions
+    removed = collect_garbage(docker_engine, {}, ImageLeases(), functions=[name])
+    assert set(removed) <= {old, new}  # a concurrent Relay on this engine may have removed some first
+    assert function_tags(docker_engine, name) == []
+    assert image_exists(docker_engine, "python:3.14-slim")
