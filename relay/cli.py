@@ -4,6 +4,7 @@ Each command imports what it needs only when it runs, so administrative
 commands stay fast and never load gevent, docker or redis.
 """
 
+import importlib
 import sys
 
 from docopt import DocoptExit, docopt
@@ -101,6 +102,12 @@ Options:
 """,
 }
 
+# Where each command is implemented: "module:function", called with the
+# parsed arguments. Imported only when that command runs.
+HANDLERS = {
+    "health": "relay.health:health_command",
+}
+
 # Commands whose capability has not landed yet, and what brings it.
 NOT_YET_AVAILABLE = {
     "stats": "the local state database",
@@ -120,7 +127,7 @@ def run(argv, imported_before_patch=()):
         command = top["<command>"]
         if command not in COMMANDS:
             raise DocoptExit(f"relay: unknown command {command!r}; see 'relay --help'")
-        docopt(COMMANDS[command], argv=[command, *top["<args>"]])
+        args = docopt(COMMANDS[command], argv=[command, *top["<args>"]])
     except DocoptExit as usage:
         print(_usage_error(argv, usage), file=sys.stderr)
         return 2
@@ -131,14 +138,13 @@ def run(argv, imported_before_patch=()):
         from relay.supervisor import start
 
         return start(imported_before_patch)
-    if command == "health":
-        from relay.health import health
-
-        return health()
-    subcommand = " ".join(word for word in argv if not word.startswith("-"))
-    print(f"relay {subcommand}: not available in Relay {__version__} yet; "
-          f"it arrives with {NOT_YET_AVAILABLE[command]}", file=sys.stderr)
-    return 2
+    if command in NOT_YET_AVAILABLE:
+        subcommand = " ".join(word for word in argv if not word.startswith("-"))
+        print(f"relay {subcommand}: not available in Relay {__version__} yet; "
+              f"it arrives with {NOT_YET_AVAILABLE[command]}", file=sys.stderr)
+        return 2
+    module_name, function_name = HANDLERS[command].split(":")
+    return getattr(importlib.import_module(module_name), function_name)(args)
 
 
 def _usage_error(argv, usage):

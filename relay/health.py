@@ -10,6 +10,10 @@ import sys
 from relay.errors import RelayError
 
 
+def health_command(args):
+    return health()
+
+
 def health(environ=None):
     environ = os.environ if environ is None else environ
     try:
