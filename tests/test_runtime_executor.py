@@ -356,3 +356,13 @@ def test_gevent_invocations_overlap_and_the_hub_keeps_running(images, docker_eng
     assert report["lines"] == 5
     assert report["cancelled_dead"] and report["left_after_cancel"] == 0
     assert wait_until(lambda: not containers_of(docker_engine, hostname), timeout=10)
+
+
+@pytest.mark.parametrize("fixture, command", [
+    ("rt-node-pkg", ("npm", "install", "--omit=dev")), ("rt-node-cjs", ("npm", "ci", "--omit=dev"))])
+def test_node_dependencies_are_installed_in_a_dependency_image(docker_engine, images, fixture, command):
+    function, tag = images[fixture]
+    recipe = dependency_recipe(function.directory, RUNTIMES["node24"], docker_engine.api.version()["Arch"])
+    assert recipe.installer.command == command
+    dependency_layers = docker_engine.api.inspect_image(recipe.tag)["RootFS"]["Layers"]
+    assert docker_engine.api.inspect_image(tag)["RootFS"]["Layers"][:len(dependency_layers)] == dependency_layers

@@ -1,7 +1,12 @@
 """Building function and dependency images on the real engine."""
 
+import json
 import logging
+import os
+import subprocess
+import sys
 import threading
+from pathlib import Path
 
 import pytest
 
@@ -14,6 +19,7 @@ from relay.runtime.registry import RUNTIMES
 from tests.runtime_helpers import BuildSpy, Pins, image_exists, remove_images, token, write_function
 
 PYTHON = RUNTIMES["python3.14"]
+ROOT = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture
@@ -189,3 +195,43 @@ def test_concurrent_prepares_of_one_function_build_once(docker_engine, tmp_path,
         worker.join(120)
     assert results == [function.image] * 3
     assert spy.function_builds() == [function.image]
+
+
+GEVENT_BUILD_SCRIPT = r"""
+from gevent import monkey
+monkey.patch_all()
+
+import json, sys, time
+import docker
+import gevent
+from relay.functions import load_function
+from relay.runtime.images import ImageBuilder
+
+gaps = []
+def ticker():
+    last = time.monotonic()
+    while True:
+        gevent.sleep(0.01)
+        now = time.monotonic()
+        gaps.append(now - last)
+        last = now
+
+tick = gevent.spawn(ticker)
+started = time.monotonic()
+tag = gevent.spawn(ImageBuilder(docker.from_env()).prepare, load_function(sys.argv[1])).get(timeout=120)
+tick.kill()
+print(json.dumps({"tag": tag, "seconds": time.monotonic() - started, "max_gap": max(gaps), "ticks": len(gaps)}))
+"""
+
+
+def test_building_under_gevent_does_not_stall_the_hub(docker_engine, tmp_path, created):
+    files = {f"data/part{index:03d}.py": f"# {index}\n" + "x = 1\n" * 4000 for index in range(300)}  # ~7 MB
+    function = write_function(tmp_path / f"img-gevent-{token()}", "python3.14", {"handler.py": "", **files})
+    created.append(function.image)
+    result = subprocess.run([sys.executable, "-c", GEVENT_BUILD_SCRIPT, str(function.directory)],
+                            capture_output=True, text=True, cwd=ROOT, timeout=180,
+                            env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert report["tag"] == function.image
+    assert report["max_gap"] < 0.25, report  # tarring and streaming the context yield to other greenlets

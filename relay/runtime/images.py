@@ -45,7 +45,6 @@ class ImageBuilder:
                  read_timeout=BUILD_READ_TIMEOUT):
         """*on_build_failure(function_name)* counts failed builds;
         *on_build_seconds(function_name, seconds)* times the builds that ran."""
-        self._client = docker_client
         self._api = docker_client.api
         self._on_build_failure = on_build_failure
         self._on_build_seconds = on_build_seconds
@@ -62,7 +61,7 @@ class ImageBuilder:
             recipe = function_recipe(function, runtime, dependencies)
             with self._locks.hold(recipe.tag):
                 existing = self._inspect(recipe.tag)
-                if existing is not None and existing.get("Config", {}).get("Labels", {}).get(RECIPE_LABEL) == recipe.digest:
+                if existing is not None and _labels(existing).get(RECIPE_LABEL) == recipe.digest:
                     log.debug("Function image is up to date", extra={"function": function.name, "image": recipe.tag})
                     return recipe.tag
                 if dependencies is not None:
@@ -151,6 +150,10 @@ class ImageBuilder:
         except (DockerException, RequestException) as error:
             log.debug("Replaced image kept", extra={"function": function.name, "image": existing["Id"],
                                                     "reason": _reason(error)})
+
+
+def _labels(image):
+    return (image.get("Config") or {}).get("Labels") or {}
 
 
 def _failure(tag, function, reason, tail):
