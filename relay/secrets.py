@@ -1,45 +1,179 @@
-"""The local secret store: one file per secret under /var/lib/relay/secrets.
+"""Secrets: the provider the runner reads from, and the local file store behind it.
 
-Values are read at the moment of each invocation, so a rotated secret is
-used by the very next invocation without a rebuild or restart.
+The runner needs one thing from a secret backend: the value of a reference,
+asked for right before each invocation (``SecretProvider.get``). That is the
+whole contract, so another backend (Vault, a secrets API) plugs in without
+touching templates or the runner, and a rotated value is used by the very
+next invocation with no rebuild, restart or fingerprint change.
+
+``FileSecretStore`` keeps one file per secret under /var/lib/relay/secrets:
+the directory is made with mode 0700 on the first write, and each file is
+written atomically (temporary file, fsync, rename) with mode 0600. It also
+lists, writes and removes secrets for ``relay secret``.
+
+Values never appear in an error message, a log line or a repr; errors name
+the reference only. This module stays light (no YAML, gevent, Docker or
+Redis) because the admin commands import it.
 """
 
+import os
+import re
+import tempfile
+from contextlib import suppress
 from pathlib import Path
+from typing import Protocol
 
 from relay.config import STATE_DIR
 from relay.errors import RelayError
-from relay.functions import secret_name_problem
 
 SECRETS_DIR = Path(STATE_DIR) / "secrets"
+MAX_VALUE_BYTES = 64 * 1024  # far below what one environment variable may hold
+
+# The secret-reference rules, the same as relay.functions.names (which this
+# light module cannot import: that package loads YAML). A test pins the two.
+MAX_NAME_LENGTH = 63
+_NAME = re.compile(r"[a-z0-9_-](?:[a-z0-9._-]*[a-z0-9_-])?", re.ASCII)
 
 
 class SecretError(RelayError):
-    """A secret is missing, unreadable or has an invalid name."""
+    """A secret is missing, unreadable, unusable or has an invalid name."""
+
+
+class SecretProvider(Protocol):
+    """What the runner needs from a secret backend."""
+
+    def get(self, name: str) -> str:
+        """The value of secret *name*; SecretError naming *name* (never a value) if it cannot."""
+
+
+def secret_name_problem(name):
+    """Why *name* is not a valid secret name, or None when it is."""
+    if not isinstance(name, str) or not _NAME.fullmatch(name):
+        return (f"{name!r} is not a valid secret name: use lowercase letters, digits, '.', '_' and '-', "
+                f"not starting or ending with '.'")
+    if len(name) > MAX_NAME_LENGTH:
+        return f"{name!r} is not a valid secret name: it is longer than {MAX_NAME_LENGTH} characters"
+    return None
+
+
+def value_problem(data):
+    """Why *data* (bytes) cannot be a secret's value, or None when it can. Never quotes it."""
+    if not data:
+        return "the value is empty"
+    if b"\0" in data:
+        return "the value contains a NUL byte, which an environment variable cannot hold"
+    if len(data) > MAX_VALUE_BYTES:
+        return f"the value is larger than {MAX_VALUE_BYTES // 1024} KiB"
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError:
+        return "the value is not UTF-8 text"
+    return None
 
 
 class FileSecretStore:
-    """The secret provider: ``get(name) -> str``. Another backend needs only that."""
+    """The local provider: one file per secret in *directory*."""
 
     def __init__(self, directory=SECRETS_DIR):
         self.directory = Path(directory)
 
     def get(self, name):
+        path = self._path(name)
+        try:
+            with open(path, "rb") as file:
+                data = file.read(MAX_VALUE_BYTES + 1)
+        except FileNotFoundError:
+            raise SecretError(f"secret {name!r} is not in the secret store") from None
+        except OSError as error:
+            raise SecretError(f"secret {name!r} cannot be read: {_reason(error)}") from None
+        problem = value_problem(data)
+        if problem:
+            raise SecretError(f"secret {name!r} cannot be used: {problem}")
+        return data.decode("utf-8")
+
+    def names(self):
+        """The stored secrets' names, sorted; none when the directory does not exist yet."""
+        try:
+            entries = list(os.scandir(self.directory))
+        except FileNotFoundError:
+            return []
+        except OSError as error:
+            raise SecretError(f"cannot list {self.directory}: {_reason(error)}") from None
+        # Temporary files of a write in progress start with a dot, which no secret name does.
+        return sorted(entry.name for entry in entries
+                      if secret_name_problem(entry.name) is None and entry.is_file())
+
+    def set(self, name, value):
+        """Store *value* (bytes, kept exactly as given) as secret *name*, replacing it atomically."""
+        path = self._path(name)
+        problem = value_problem(value)
+        if problem:
+            raise SecretError(f"{problem}; secret {name!r} was not changed")
+        try:
+            self._make_directory()
+            fd, temporary = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=self.directory)
+        except OSError as error:
+            raise SecretError(f"cannot store secret {name!r} in {self.directory}: {_reason(error)}") from None
+        try:
+            with os.fdopen(fd, "wb") as file:
+                os.fchmod(file.fileno(), 0o600)
+                file.write(value)
+                file.flush()
+                os.fsync(file.fileno())
+            os.replace(temporary, path)
+        except OSError as error:
+            with suppress(OSError):
+                os.unlink(temporary)
+            raise SecretError(f"cannot store secret {name!r} in {self.directory}: {_reason(error)}") from None
+        self._sync_directory()
+
+    def remove(self, name):
+        path = self._path(name)
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            raise SecretError(f"secret {name!r} is not in the secret store") from None
+        except OSError as error:
+            raise SecretError(f"cannot remove secret {name!r}: {_reason(error)}") from None
+        self._sync_directory()
+
+    def _path(self, name):
         problem = secret_name_problem(name)
         if problem:
             raise SecretError(problem)
+        return self.directory / name
+
+    def _make_directory(self):
+        if self.directory.is_dir():
+            return
+        self.directory.parent.mkdir(parents=True, exist_ok=True)
         try:
-            return (self.directory / name).read_text(encoding="utf-8")
-        except FileNotFoundError:
-            raise SecretError(f"secret {name!r} is not in the secret store") from None
-        except (OSError, UnicodeDecodeError) as error:
-            reason = error.strerror if isinstance(error, OSError) and error.strerror else type(error).__name__
-            raise SecretError(f"secret {name!r} cannot be read: {reason}") from None
+            self.directory.mkdir(mode=0o700)
+        except FileExistsError:
+            return  # another writer made it first
+        os.chmod(self.directory, 0o700)  # mkdir's mode is narrowed by the umask; make it exact
+
+    def _sync_directory(self):
+        """Make the rename or unlink itself durable."""
+        with suppress(OSError):
+            fd = os.open(self.directory, os.O_RDONLY | os.O_DIRECTORY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
 
 
-def environment(function, store):
-    """The variables of one invocation: the template's env, then its resolved secrets."""
+def environment(function, provider):
+    """The variables of one invocation: the template's env as written, then its resolved secrets."""
     template = function.template
     variables = dict(template.env)
     for variable, reference in template.secrets.items():
-        variables[variable] = store.get(reference)
+        try:
+            variables[variable] = provider.get(reference)
+        except SecretError as error:
+            raise SecretError(f"cannot set {variable}: {error}") from None
     return variables
+
+
+def _reason(error):
+    return error.strerror or type(error).__name__
