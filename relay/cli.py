@@ -106,13 +106,13 @@ Options:
 # parsed arguments. Imported only when that command runs.
 HANDLERS = {
     "health": "relay.health:health_command",
+    "secret": "relay.secret_commands:run",
 }
 
 # Commands whose capability has not landed yet, and what brings it.
 NOT_YET_AVAILABLE = {
     "stats": "the local state database",
     "function": "the local state database",
-    "secret": "the secret store",
     "git": "git sync",
 }
 

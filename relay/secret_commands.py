@@ -1,0 +1,49 @@
+"""``relay secret ls | set <name> | rm <name>``: manage the local secret store.
+
+They need neither Redis nor Docker and import nothing heavy. ``set`` reads
+the value from the terminal with echo off, or else all of standard input,
+and stores it byte for byte (``echo`` adds a newline; ``printf`` does not).
+A value is never echoed, printed or put in an error message.
+"""
+
+import sys
+
+from relay.secrets import MAX_VALUE_BYTES, FileSecretStore, SecretError, secret_name_problem
+
+
+def run(args, store=None, stdin=None):
+    """Run one ``relay secret`` command from docopt's *args*; return the exit code."""
+    store = FileSecretStore() if store is None else store
+    stdin = sys.stdin if stdin is None else stdin
+    name = args["<name>"]
+    command = next(word for word in ("ls", "set", "rm") if args[word])
+    try:
+        if name is not None and secret_name_problem(name):  # before anyone types a value
+            raise SecretError(secret_name_problem(name))
+        if command == "ls":
+            print("\n".join(["NAME", *store.names()]))
+        elif command == "set":
+            store.set(name, read_value(name, stdin))
+        else:
+            store.remove(name)
+    except SecretError as error:
+        print(f"relay secret {command}: {error}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print(f"\nrelay secret {command}: interrupted; nothing was changed", file=sys.stderr)
+        return 130
+    return 0
+
+
+def read_value(name, stdin):
+    """The value to store, as bytes: typed without echo on a terminal, else all of *stdin*."""
+    if stdin is None or stdin.closed:
+        return b""
+    if stdin.isatty():
+        import getpass
+
+        try:
+            return getpass.getpass(f"Value of secret {name}: ").encode("utf-8")
+        except EOFError:
+            return b""
+    return stdin.buffer.read(MAX_VALUE_BYTES + 1)  # one byte more tells "too large" apart
