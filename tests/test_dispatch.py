@@ -321,3 +321,15 @@ def test_buffer_full_stops_reading(redis_client):
     engine.consumer.buffer.release(2)
     engine.read()
     assert redis_client.xinfo_groups(STREAM)[0]["entries-read"] == 2   # only the free slots were read
+
+
+def test_backlog_gauges_from_xpending(engine):
+    from relay.stream.backlog import Backlog
+
+    backlog = Backlog(engine.client, STREAM, GROUP, engine.metrics, clock=lambda: 1_800_000_100.0)
+    assert backlog.sample() == (0, 0.0)
+    engine.client.xadd(STREAM, {"event": "{}"}, id="1800000000000-0")
+    engine.client.xadd(STREAM, {"event": "{}"}, id="1800000050000-0")
+    engine.client.xreadgroup(GROUP, CONSUMER, {STREAM: ">"})
+    assert backlog.sample() == (2, 100.0)
+    assert value(engine.metrics.pending_entries) == 2 and value(engine.metrics.pending_oldest_age) == 100.0
