@@ -56,6 +56,7 @@ class Schedule:
     cron: str
     timezone: str = "UTC"
     timeout: int = DEFAULT_TIMEOUT  # nanoseconds
+    retries: int = DEFAULT_RETRIES  # not set in templates: scheduled runs retry like a rule's default
 
 
 @dataclass(frozen=True, eq=False)

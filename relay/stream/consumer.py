@@ -133,8 +133,7 @@ class Consumer:
     def accept(self, entries):
         snapshot = self.catalog.snapshot()
         self.buffer.take(len(entries))
-        self.metrics.events_received.inc(len(entries))
-        finished = []
+        finished, events = [], 0
         for raw_id, fields in entries:
             message_id = raw_id.decode() if isinstance(raw_id, bytes) else raw_id
             if fields is None:          # trimmed away while it was pending: nothing left to run
@@ -142,7 +141,13 @@ class Consumer:
                 self.buffer.release()
                 continue
             entry = plan(message_id, fields, snapshot)
-            if entry.problem:
+            events += not entry.scheduled
+            if entry.obsolete:
+                log.info("Schedule occurrence for a removed function or handler; acknowledged as obsolete",
+                         extra={"message_id": message_id, "event": entry.payload})
+                self.settler.ack([message_id])
+                self.buffer.release()
+            elif entry.problem:
                 log.warning("Malformed entry; it can never succeed", extra={
                     "message_id": message_id, "reason": entry.problem})
                 if self.settler.dead_letter(message_id, entry.payload, entry.problem, 0):
@@ -151,9 +156,12 @@ class Consumer:
             elif not entry.targets:
                 finished.append(message_id)
             else:
-                for name in dict.fromkeys(target.active.name for target in entry.targets):
-                    self.metrics.function_events.labels(name).inc()
+                if not entry.scheduled:
+                    for name in dict.fromkeys(target.active.name for target in entry.targets):
+                        self.metrics.function_events.labels(name).inc()
                 self.dispatches.spawn(self._dispatch, entry)
+        if events:
+            self.metrics.events_received.inc(events)
         if finished:
             if self.settler.ack(finished, clear_state=False):
                 self.metrics.events_processed.inc(len(finished))

@@ -151,7 +151,7 @@ class Dispatcher:
                     decision.action, (OPEN, 0))
         kinds = {status for status, _ in statuses.values()}
         if kinds <= {COMPLETE}:
-            if self.settler.ack([plan.message_id]):
+            if self.settler.ack([plan.message_id]) and not plan.scheduled:
                 self.metrics.events_processed.inc()
             return
         if OPEN in kinds:

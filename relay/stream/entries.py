@@ -4,6 +4,7 @@ import json
 from dataclasses import dataclass
 
 EVENT_FIELD = b"event"
+SCHEDULE_FIELD = b"schedule"
 
 
 @dataclass(frozen=True)
@@ -25,6 +26,8 @@ class Plan:
     event: dict | None = None
     targets: tuple = ()
     problem: str | None = None   # why the entry can never succeed (malformed)
+    scheduled: bool = False      # a schedule occurrence, not an event
+    obsolete: bool = False       # a schedule occurrence whose function or handler is gone
 
     @property
     def event_id(self):
@@ -54,11 +57,28 @@ def plan(message_id, fields, snapshot):
         return Plan(message_id, payload, problem=f"the 'event' field is not valid JSON: {error}")
     if type(event) is not dict:
         return Plan(message_id, payload, problem=f"the event is a JSON {type(event).__name__}, not an object")
+    occurrence = fields.get(SCHEDULE_FIELD)
+    if occurrence is not None:
+        return _scheduled(message_id, payload, event, occurrence, snapshot)
     targets = tuple(Target(active, rule)
                     for active in snapshot
                     for rule in active.function.template.rules
                     if rule.pattern.matches(event))
     return Plan(message_id, payload, event, targets)
+
+
+def _scheduled(message_id, payload, event, occurrence, snapshot):
+    """A schedule occurrence runs exactly its function's handler; no pattern matching."""
+    from relay.schedules import parse_occurrence_id
+
+    parsed = parse_occurrence_id(occurrence.decode("utf-8", "replace"))
+    if parsed is None:
+        return Plan(message_id, payload, event, problem=f"the 'schedule' field {occurrence!r} is not an occurrence id")
+    function, handler, _scheduled_at = parsed
+    targets = tuple(Target(active, schedule)
+                    for active in snapshot if active.name == function
+                    for schedule in active.function.template.schedules if schedule.handler == handler)
+    return Plan(message_id, payload, event, targets[:1], scheduled=True, obsolete=not targets)
 
 
 def _text(value):
