@@ -94,19 +94,21 @@ class Pins:
 
     def __init__(self, client):
         self._client = client
-        self._containers = []
+        self._containers = {}  # tag -> [container id, ...]
 
     def add(self, *tags):
         for tag in tags:
             created = self._client.api.create_container(tag, command=["true"], labels={"relay.test.pin": "1"})
-            self._containers.append(created["Id"])
+            self._containers.setdefault(tag, []).append(created["Id"])
 
-    def release(self):
-        while self._containers:
-            try:
-                self._client.api.remove_container(self._containers.pop(), force=True)
-            except NotFound:
-                pass
+    def release(self, *tags):
+        """Unpin *tags*, or every pinned tag when none are named."""
+        for tag in tags or list(self._containers):
+            for container in self._containers.pop(tag, ()):
+                try:
+                    self._client.api.remove_container(container, force=True)
+                except NotFound:
+                    pass
 
 
 def function_tags(client, name):

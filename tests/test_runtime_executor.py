@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from relay.durations import SECOND
-from relay.runtime.executor import Executor, Invocation
+from relay.runtime.executor import Executor, Invocation, redact
 from relay.runtime.images import ImageBuilder
 from relay.runtime.output import MAX_LINE_BYTES, TRUNCATED
 from relay.runtime.recipes import dependency_recipe
@@ -305,7 +305,7 @@ import io, json, sys, time
 import docker
 import gevent
 from relay.durations import SECOND
-from relay.runtime.executor import Executor, Invocation
+from relay.runtime.executor import Executor, Invocation, redact
 
 function, image, hostname = sys.argv[1:4]
 client = docker.from_env()
@@ -369,3 +369,25 @@ def test_node_dependencies_are_installed_in_a_dependency_image(docker_engine, im
     assert recipe.installer.command == command
     dependency_layers = docker_engine.api.inspect_image(recipe.tag)["RootFS"]["Layers"]
     assert docker_engine.api.inspect_image(tag)["RootFS"]["Layers"][:len(dependency_layers)] == dependency_layers
+
+
+def test_engine_errors_never_repeat_env_values(executor, images, caplog):
+    function, tag = images["rt-python"]
+    canary = token() * 4
+    env = {"API_TOKEN": f"x\0{canary}", "GREETING": "hello there"}  # the engine refuses NUL and quotes NAME=value
+    with caplog.at_level(logging.DEBUG, logger="relay"):
+        outcome = executor.run(Invocation(function=function.name, handler="handler.handler", image=tag,
+                                          payload=b"{}", timeout=20 * SECOND, env=env))
+    assert not outcome.ok and "did not start" in outcome.error
+    assert "API_TOKEN=<redacted>" in outcome.error
+    assert canary not in outcome.error and canary not in caplog.text
+
+
+@pytest.mark.parametrize("text, expected", [
+    ('refused "TOKEN=abc\\x00defghij": unknown', 'refused "TOKEN=<redacted>": unknown'),
+    ("value defghij leaked, TOKEN=abc", "value <redacted> leaked, TOKEN=<redacted>"),
+    ("NOTTOKEN=1 stays", "NOTTOKEN=1 stays"),
+    ("short ab values stay", "short ab values stay"),
+])
+def test_redact(text, expected):
+    assert redact(text, {"TOKEN": "abc\0defghij", "SHORT": "ab"}) == expected

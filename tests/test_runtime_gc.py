@@ -49,17 +49,18 @@ class FakeClient:
         self.api = api
 
 
-def test_removes_old_and_orphaned_function_tags_only():
+def test_removes_the_old_versions_of_loaded_functions_only():
     api = FakeAPI([A1, A2, A3, B1, *FOREIGN])
     removed = collect_garbage(FakeClient(api), {"a": A3}, ImageLeases())
-    assert sorted(removed) == [A1, A2, B1]
-    assert sorted(api.tags) == sorted([A3, *FOREIGN])
+    assert sorted(removed) == [A1, A2]
+    assert sorted(api.tags) == sorted([A3, B1, *FOREIGN])  # b may be another Relay's function
 
 
-def test_a_scoped_pass_touches_only_the_named_functions():
+def test_a_removed_function_is_collected_when_named():
     api = FakeAPI([A1, A3, B1])
     assert collect_garbage(FakeClient(api), {"a": A3}, ImageLeases(), functions=["b"]) == [B1]
     assert sorted(api.tags) == [A1, A3]
+    assert sorted(collect_garbage(FakeClient(api), {}, ImageLeases(), functions=["a", "b"])) == [A1, A3]
 
 
 def test_a_leased_tag_waits_for_its_last_release():
@@ -105,19 +106,21 @@ def versions(docker_engine, tmp_path):
     directory = tmp_path / f"gc-inflight-{token()}"
     source = "import time\n\ndef handler(event):\n    print('{version}', flush=True)\n    time.sleep(event['s'])\n"
     builder = ImageBuilder(docker_engine)
+    pins = Pins(docker_engine)
     old = write_function(directory, "python3.14", {"handler.py": source.format(version="v1")})
     builder.prepare(old)
+    pins.add(old.image)
     (directory / "handler.py").write_text(source.format(version="v2"))
     new = load_function(directory)
     builder.prepare(new)
-    yield old.name, old.image, new.image
+    pins.add(new.image)
+    yield old.name, old.image, new.image, pins
+    pins.release()
     remove_images(docker_engine, [old.image, new.image])
 
 
 def test_gc_never_removes_an_image_an_in_flight_invocation_uses(docker_engine, versions, capsys, monkeypatch):
-    name, old, new = versions
-    pins = Pins(docker_engine)
-    pins.add(new)  # only the active version; the old one must stay removable
+    name, old, new, pins = versions
     attempts = []
     remove_image = docker_engine.api.remove_image
     monkeypatch.setattr(docker_engine.api, "remove_image",
@@ -132,6 +135,7 @@ def test_gc_never_removes_an_image_an_in_flight_invocation_uses(docker_engine, v
     try:
         assert wait_until(lambda: [c for c in containers_of(docker_engine, hostname) if c["State"] == "running"],
                           timeout=15), result
+        pins.release(old)  # from here on only the lease (and the engine's own check) protect it
         assert leases.in_use(old)
         assert collect_garbage(docker_engine, {name: new}, leases, functions=[name]) == []
         time.sleep(0.5)
@@ -139,7 +143,6 @@ def test_gc_never_removes_an_image_an_in_flight_invocation_uses(docker_engine, v
         assert image_exists(docker_engine, old)
     finally:
         worker.join(30)
-        pins.release()
     assert result["outcome"].ok
     assert attempts == [old]  # removed when the last invocation using it ended
     assert function_tags(docker_engine, name) == [new]
@@ -147,7 +150,8 @@ def test_gc_never_removes_an_image_an_in_flight_invocation_uses(docker_engine, v
 
 
 def test_gc_at_startup_removes_a_removed_functions_images(docker_engine, versions):
-    name, old, new = versions
+    name, old, new, pins = versions
+    pins.release()
     removed = collect_garbage(docker_engine, {}, ImageLeases(), functions=[name])
     assert set(removed) <= {old, new}  # a concurrent Relay on this engine may have removed some first
     assert function_tags(docker_engine, name) == []

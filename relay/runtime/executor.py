@@ -16,6 +16,7 @@ safe to call from many greenlets or threads at once.
 """
 
 import logging
+import re
 import sys
 import time
 from contextlib import nullcontext
@@ -33,6 +34,7 @@ from relay.runtime.containers import USER, container_name, host_config, labels, 
 from relay.runtime.output import OutputForwarder, prefix
 
 log = logging.getLogger("relay.runtime.executor")
+_PRINTABLE_RUN = re.compile(r"[^\x00-\x1f\x7f]{4,}")
 
 
 @dataclass(frozen=True)
@@ -108,9 +110,10 @@ class _Execution:
             return self._outcome(None, timed_out=True,
                                  error=self._describe(f"timed out after {format_duration(invocation.timeout)}"))
         except ExecutionError as error:
-            return self._outcome(None, error=self._describe(str(error)))
+            return self._outcome(None, error=self._describe(redact(str(error), invocation.env)))
         except (DockerException, RequestException, OSError) as error:
-            return self._outcome(None, error=self._describe(f"the Docker engine failed: {_reason(error)}"))
+            return self._outcome(None, error=self._describe(
+                f"the Docker engine failed: {redact(_reason(error), invocation.env)}"))
         finally:
             protocol.close_quietly(handle, getattr(handle, "_sock", None), getattr(handle, "_response", None), wait)
             if self.container_id is not None and not exited:
@@ -170,6 +173,21 @@ def _log_outcome(invocation, outcome):
 def _attributes(invocation):
     return {"function": invocation.function, "handler": invocation.handler, "message_id": invocation.message_id,
             "event_id": invocation.event_id, "event_name": invocation.event_name}
+
+
+def redact(text, env):
+    """*text* from the engine without the values of *env*.
+
+    The engine's errors may quote the container's environment (runc names
+    the offending ``NAME=value`` when it refuses one), and env holds resolved
+    secrets. Every ``NAME=...`` is cut, and so is every run of four or more
+    printable characters of a value wherever it appears.
+    """
+    for name, value in env.items():
+        text = re.sub(rf"\b{re.escape(name)}=(?:\\.|[^\s\"'\\])*", f"{name}=<redacted>", text)
+        for piece in _PRINTABLE_RUN.findall(value):
+            text = text.replace(piece, "<redacted>")
+    return text
 
 
 def _reason(error):

@@ -1,12 +1,16 @@
 """Garbage collection of old function images.
 
 Only tags of the exact form relay-fn-<function name>:<16 hex> are ever
-considered. A tag is removed when it is not the active image of its function
-and no in-flight invocation holds a lease on it; a leased one is removed when
-its last lease is released, unless it has become active again by then (a
+considered, and only those of the functions a pass is about: by default the
+functions this Relay has loaded (their old versions), or the names given
+(functions that were removed). Other Relay processes may share the engine --
+replicas on one host, end-to-end tests -- and their functions' images are
+theirs. A tag is removed when it is not the active image of its function and
+no in-flight invocation holds a lease on it; a leased one is removed when its
+last lease is released, unless it has become active again by then (a
 reverted function reuses its old tag). relay-dep-* images, untagged layers and
 every other image are never touched, and nothing is forced: an image a
-container still uses (another Relay on this engine, say) stays.
+container still uses stays.
 """
 
 import logging
@@ -27,11 +31,12 @@ def collect_garbage(docker_client, active, leases, functions=None):
 
     *active* maps function name -> active image tag. It is read again when a
     leased tag's last lease ends, so pass the live mapping the dispatcher uses
-    (or one that stays valid). *functions* limits the pass to those function
-    names (after one is removed or swapped); None considers every function
-    image on the engine (at startup).
+    (or one that stays valid). *functions* names the functions whose tags the
+    pass may remove; by default those in *active*. At startup that removes
+    the loaded functions' old versions; after a function is removed, name it
+    (and any others known to have gone, e.g. from the state database).
     """
-    only = None if functions is None else frozenset(functions)
+    only = frozenset(active if functions is None else functions)
     try:
         images = docker_client.api.images(name=f"{FUNCTION_REPOSITORY_PREFIX}*")
     except (APIError, RequestException) as error:
@@ -43,7 +48,7 @@ def collect_garbage(docker_client, active, leases, functions=None):
     for image in images:
         for tag in image.get("RepoTags") or ():
             name = function_of(tag)
-            if name is None or (only is not None and name not in only) or tag in keep:
+            if name is None or name not in only or tag in keep:
                 continue
             if leases.in_use(tag):
                 leases.when_idle(tag, later)
