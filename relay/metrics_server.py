@@ -1,0 +1,61 @@
+"""GET /metrics on METRICS_ADDR: the Prometheus registry in text format.
+
+Operationally isolated: a port that cannot be bound is logged and retried
+with backoff (never fatal), a failing scrape never touches consumption, and
+the server stops gracefully on shutdown.
+"""
+
+import logging
+
+import bottle
+from gevent.event import Event
+from gevent.pywsgi import WSGIServer
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+log = logging.getLogger("relay.metrics")
+
+FIRST_RETRY = 1.0
+MAX_RETRY = 30.0
+
+
+def metrics_app(registry):
+    app = bottle.Bottle()
+
+    @app.get("/metrics")
+    def metrics():
+        bottle.response.content_type = CONTENT_TYPE_LATEST
+        return generate_latest(registry)
+
+    return app
+
+
+class MetricsServer:
+    def __init__(self, address, registry):
+        self.address = address
+        self.app = metrics_app(registry)
+        self.stopping = Event()
+        self.server = None
+
+    def loop(self):
+        delay = FIRST_RETRY
+        while not self.stopping.is_set():
+            server = WSGIServer((self.address.host, self.address.port), self.app, log=None, error_log=None)
+            try:
+                server.start()
+            except OSError as error:
+                log.warning("Metrics server cannot listen; retrying", extra={
+                    "addr": str(self.address), "error": error.strerror or str(error), "retry_in": f"{delay:g}s"})
+                if self.stopping.wait(delay):
+                    return
+                delay = min(delay * 2, MAX_RETRY)
+                continue
+            self.server = server
+            log.info("Metrics http server listening", extra={"addr": str(self.address)})
+            self.stopping.wait()
+            return
+
+    def stop(self):
+        self.stopping.set()
+        if self.server is not None:
+            self.server.stop(timeout=5)
+            log.info("Metrics http server stopped", extra={"addr": str(self.address)})
