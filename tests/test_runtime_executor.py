@@ -53,9 +53,9 @@ def images(docker_engine, tmp_path_factory):
 def hostname(docker_engine):
     name = f"rt-exec-{token()}"
     yield name
-    leftovers = wait_until(lambda: not containers_of(docker_engine, name), timeout=10)
+    clean = wait_until(lambda: not containers_of(docker_engine, name), timeout=10)
     remove_containers(docker_engine, name)
-    assert leftovers, f"containers of {name} were left behind"
+    assert clean, f"containers of {name} were left behind"
 
 
 @pytest.fixture
