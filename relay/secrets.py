@@ -18,7 +18,6 @@ Redis) because the admin commands import it.
 
 import os
 import re
-import tempfile
 from contextlib import suppress
 from pathlib import Path
 from typing import Protocol
@@ -109,6 +108,8 @@ class FileSecretStore:
         problem = value_problem(value)
         if problem:
             raise SecretError(f"{problem}; secret {name!r} was not changed")
+        import tempfile  # only writers pay for it; ls and the runner never write
+
         try:
             self._make_directory()
             fd, temporary = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=self.directory)
