@@ -1,0 +1,174 @@
+"""The state database: schema, whole-view writes, rebuilding, and the read-only side."""
+
+import os
+import re
+import sqlite3
+from datetime import datetime, timezone
+
+import pytest
+
+from relay.state import (
+    EVENT, FAILED, PENDING, READY, SCHEDULE, SUCCESS, Counters, FunctionRecord, HandlerRecord, StateDatabase,
+    StateError, StateReader, Stats, rfc3339,
+)
+
+T0 = datetime(2026, 9, 8, 12, 0, 0, tzinfo=timezone.utc)
+T1 = datetime(2026, 9, 8, 12, 0, 5, tzinfo=timezone.utc)
+RFC3339 = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ")
+
+READY_ONE = FunctionRecord(
+    name="user-events-python", runtime="python3.14", status=READY, updated_at=T0,
+    image="relay-fn-user-events-python:0123456789abcdef", fingerprint="0123456789abcdef" + "0" * 48,
+    prepared_at=T0, last_reconcile_at=T1, last_reconcile_status=FAILED, last_error="line one\n  line two",
+    env={"API_URL": "https://api.example.com", "MODE": "fast"}, secrets={"DATABASE_URL": "database-url"},
+    handlers=(HandlerRecord("events.created.handler", "6s"), HandlerRecord("events.updated.handler", "20s"),
+              HandlerRecord("jobs.cleanup.handler", "6s", SCHEDULE, "0 3 * * *", "UTC")))
+PENDING_ONE = FunctionRecord(name="welcome-email-node", runtime="node24", status=PENDING, updated_at=T1,
+                             handlers=(HandlerRecord("handler.handler", "6s"),))
+STATS = Stats(Counters(152934, 152801, 133, 82, 4), pending_entries=17, oldest_pending_age_seconds=134.7,
+              updated_at=T1)
+
+
+@pytest.fixture
+def path(tmp_path):
+    return tmp_path / "var" / "lib" / "relay" / "db.sqlite3"
+
+
+def test_round_trip_creates_the_parent_and_keeps_every_field(path):
+    database = StateDatabase(path)
+    assert database.write([PENDING_ONE, READY_ONE], STATS, {"user-events-python": Counters(12493, 12470, 23, 17, 2)})
+    reader = StateReader(path)
+    assert reader.functions() == [READY_ONE, PENDING_ONE]
+    assert reader.function("welcome-email-node") == PENDING_ONE
+    assert reader.function("missing") is None
+    assert reader.stats() == STATS
+    assert reader.function_counters("user-events-python") == Counters(12493, 12470, 23, 17, 2)
+    assert reader.function_counters("welcome-email-node") == Counters()
+    assert list(reader.function("user-events-python").env) == ["API_URL", "MODE"], "template order is kept"
+
+
+def test_columns_are_the_references_with_rfc3339_times_and_json_mappings(path):
+    StateDatabase(path).write([READY_ONE], STATS, {})
+    with sqlite3.connect(path) as connection:
+        connection.row_factory = sqlite3.Row
+        row = connection.execute("SELECT * FROM functions").fetchone()
+        assert set(row.keys()) >= {"name", "runtime", "status", "image", "fingerprint", "prepared_at",
+                                   "last_reconcile_at", "last_reconcile_status", "last_error", "updated_at", "env",
+                                   "secrets"}
+        assert all(RFC3339.fullmatch(row[column]) for column in ("prepared_at", "last_reconcile_at", "updated_at"))
+        assert row["secrets"] == '{"DATABASE_URL": "database-url"}'
+        handlers = connection.execute("SELECT function_name, handler, timeout, kind FROM handlers "
+                                      "ORDER BY kind, position").fetchall()
+        assert [tuple(item) for item in handlers] == [
+            ("user-events-python", "events.created.handler", "6s", EVENT),
+            ("user-events-python", "events.updated.handler", "20s", EVENT),
+            ("user-events-python", "jobs.cleanup.handler", "6s", SCHEDULE)]
+        stats = connection.execute("SELECT * FROM stats").fetchone()
+        assert set(stats.keys()) >= {"events_processed", "handler_successes", "handler_failures", "retries",
+                                     "dlq_entries", "pending_entries", "oldest_pending_age_seconds", "updated_at"}
+        assert RFC3339.fullmatch(stats["updated_at"])
+        assert {column for (_cid, column, *_rest) in connection.execute("PRAGMA table_info(function_stats)")} >= {
+            "function_name", "events_processed", "handler_successes", "handler_failures", "retries", "dlq_entries",
+            "updated_at"}
+
+
+def test_each_write_replaces_the_whole_view(path):
+    database = StateDatabase(path)
+    database.write([READY_ONE, PENDING_ONE])
+    database.write([PENDING_ONE], STATS, {"gone": Counters(1, 1, 0, 0, 0)})
+    database.write(None, STATS, {})
+    reader = StateReader(path)
+    assert [record.name for record in reader.functions()] == ["welcome-email-node"]
+    assert reader.function_counters("gone") == Counters()
+
+
+def test_a_deleted_file_is_recreated_with_the_whole_view(path):
+    database = StateDatabase(path)
+    database.write([READY_ONE])
+    os.unlink(path)
+    assert database.write(None, STATS, {}, view=[READY_ONE]), "the view is written into the new file"
+    reader = StateReader(path)
+    assert [record.name for record in reader.functions()] == ["user-events-python"]
+    assert reader.stats() == STATS
+
+
+def test_an_emptied_database_is_rebuilt_on_the_next_write(path):
+    database = StateDatabase(path)
+    database.write([READY_ONE])
+    with sqlite3.connect(path) as connection:
+        connection.execute("DELETE FROM handlers")
+        connection.execute("DELETE FROM functions")
+    assert not database.write(None, STATS, {}), "an unchanged view with rows left is not rewritten"
+    database.write(None, STATS, {}, view=[READY_ONE])
+    assert StateReader(path).function("user-events-python") == READY_ONE
+
+
+def test_another_schema_is_replaced(path):
+    path.parent.mkdir(parents=True)
+    with sqlite3.connect(path) as connection:
+        connection.execute("CREATE TABLE functions (name TEXT)")
+        connection.execute("INSERT INTO functions VALUES ('old')")
+    StateDatabase(path).write([PENDING_ONE])
+    assert StateReader(path).functions() == [PENDING_ONE]
+
+
+def test_a_broken_file_is_an_error_for_both_sides_until_it_is_removed(path):
+    path.parent.mkdir(parents=True)
+    path.write_bytes(b"this is not a database" * 100)
+    database = StateDatabase(path)
+    with pytest.raises(StateError, match="file is not a database"):
+        database.write([READY_ONE])
+    with pytest.raises(StateError, match="cannot read the state database"):
+        StateReader(path).functions()
+    path.unlink()
+    database.write([READY_ONE])
+    assert StateReader(path).function("user-events-python") == READY_ONE
+
+
+def test_an_unwritable_location_is_an_error(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    with pytest.raises(StateError):
+        StateDatabase(blocker / "db.sqlite3").write([READY_ONE])
+
+
+def test_reading_a_missing_database_is_empty_and_creates_nothing(path):
+    reader = StateReader(path)
+    assert reader.functions() == [] and reader.function("x") is None
+    assert reader.stats() == Stats() and reader.stats().updated_at is None
+    assert reader.function_counters("x") == Counters()
+    assert not path.exists() and not path.parent.exists()
+
+
+def test_reading_a_foreign_database_says_so(path):
+    path.parent.mkdir(parents=True)
+    with sqlite3.connect(path) as connection:
+        connection.execute("CREATE TABLE things (x)")
+    with pytest.raises(StateError, match="not a Relay state database"):
+        StateReader(path).stats()
+
+
+def test_the_reader_never_writes(path):
+    StateDatabase(path).write([READY_ONE], STATS, {})
+    path.chmod(0o444)
+    try:
+        before = path.read_bytes()
+        StateReader(path).functions()
+        StateReader(path).stats()
+        assert path.read_bytes() == before
+    finally:
+        path.chmod(0o644)
+
+
+def test_long_errors_are_bounded(path):
+    record = FunctionRecord(name="big", runtime="node24", status=PENDING, updated_at=T0,
+                            last_reconcile_status=FAILED, last_reconcile_at=T0, last_error="x" * 100_000)
+    StateDatabase(path).write([record])
+    stored = StateReader(path).function("big").last_error
+    assert len(stored) <= 4000 and stored.endswith("(truncated)")
+
+
+def test_rfc3339_is_utc_with_z():
+    assert rfc3339(datetime(2026, 9, 8, 14, 0, 0, 123456, tzinfo=timezone.utc)) == "2026-09-08T14:00:00Z"
+    assert rfc3339(datetime.fromisoformat("2026-09-08T14:00:00+02:00")) == "2026-09-08T12:00:00Z"
+    assert SUCCESS == "success"
