@@ -1,0 +1,146 @@
+"""Keeping the state database in step with Relay, off the hot path.
+
+The reconciler hands over its whole view of the functions whenever it
+changes (``functions_changed``, which only stores it and wakes the loop);
+the loop writes it, and every 5 s it writes the absolute snapshot of the
+counters read from the Prometheus registry, the single source of them.
+On a graceful shutdown ``final_flush`` writes both once more, bounded in
+time; a hard crash loses at most one interval of counters.
+
+SQLite blocks (and a commit may wait for the disk), so every database call
+runs in a one-thread pool of its own: the hub keeps dispatching meanwhile,
+and two writes never overlap, even when the greenlet that asked for one is
+killed half way. A broken or unwritable database is logged once, retried
+at every flush and never stops Relay.
+"""
+
+import logging
+import time
+
+import gevent
+from gevent.event import Event
+from gevent.threadpool import ThreadPool
+
+from relay.state import Counters, StateError, StateReader, Stats, now
+
+log = logging.getLogger("relay.state")
+
+STATS_INTERVAL = 5.0        # seconds; fixed, shorter only in tests
+FINAL_FLUSH_TIMEOUT = 5.0   # seconds the last write may take at shutdown
+
+# Prometheus counter attribute of relay.metrics.Metrics -> Counters field.
+_GLOBAL = (("events_processed", "events_processed"), ("handler_success", "handler_successes"),
+           ("handler_failure", "handler_failures"), ("retries", "retries"), ("dlq_entries", "dlq_entries"))
+_PER_FUNCTION = (("function_events", "events_processed"), ("function_success", "handler_successes"),
+                 ("function_failure", "handler_failures"), ("function_retries", "retries"),
+                 ("function_dlq_entries", "dlq_entries"))
+
+
+class StateWriter:
+    def __init__(self, database, metrics, *, interval=STATS_INTERVAL, clock=now):
+        self.database = database
+        self.metrics = metrics
+        self.interval = interval
+        self.clock = clock
+        self.stopping = Event()
+        self._wake = Event()
+        self._view = ()
+        self._view_dirty = False
+        self._pool = ThreadPool(1)
+        self._failing = False
+
+    def functions_changed(self, records):
+        """The reconciler's complete, current view (FunctionRecords); never blocks."""
+        self._view = tuple(records)
+        self._view_dirty = True
+        self._wake.set()
+
+    def loop(self):
+        due = time.monotonic() + self.interval
+        while not self.stopping.is_set():
+            self._wake.wait(timeout=max(0.0, due - time.monotonic()))
+            self._wake.clear()
+            if self.stopping.is_set():
+                return
+            stats_due = time.monotonic() >= due
+            if stats_due:
+                due = max(due + self.interval, time.monotonic())
+            self.flush(stats=stats_due)
+
+    def stop(self):
+        self.stopping.set()
+        self._wake.set()
+
+    def flush(self, stats=True):
+        """Write the view if it changed, and the counters when *stats*; errors are logged."""
+        functions = None
+        if self._view_dirty:
+            functions, self._view_dirty = self._view, False
+        if functions is None and not stats:
+            return
+        snapshot, per_function = stats_snapshot(self.metrics, self.clock()) if stats else (None, None)
+        try:
+            self._pool.apply(self.database.write, (functions, snapshot, per_function), {"view": self._view})
+        except StateError as error:
+            if functions is not None:
+                self._view_dirty = True
+            if not self._failing:
+                log.warning("State database unavailable; Relay continues without it and keeps retrying",
+                            extra={"error": str(error)})
+            self._failing = True
+            return
+        if self._failing:
+            log.info("State database writable again", extra={"path": str(self.database.path)})
+        self._failing = False
+
+    def final_flush(self, timeout=FINAL_FLUSH_TIMEOUT):
+        """The last view and counters, waiting at most *timeout* seconds; then close."""
+        self.stop()
+        try:
+            with gevent.Timeout(timeout):
+                self._view_dirty = True
+                self.flush(stats=True)
+                self._pool.apply(self.database.close)
+        except gevent.Timeout:
+            # The write goes on in its thread and ends with the process; nothing waits for it.
+            log.warning("Final state flush did not finish in time; the latest counters may be lost",
+                        extra={"timeout": f"{timeout:g}s"})
+            return
+        self._pool.kill()
+
+
+def stats_snapshot(metrics, moment):
+    """(Stats, {function: Counters}) from the registry, as absolute values."""
+    counters = Counters(**{field: int(_value(getattr(metrics, name))) for name, field in _GLOBAL})
+    stats = Stats(counters=counters, pending_entries=int(_value(metrics.pending_entries)),
+                  oldest_pending_age_seconds=float(_value(metrics.pending_oldest_age)), updated_at=moment)
+    per_function = {}
+    for name, field in _PER_FUNCTION:
+        for function, value in _by_function(getattr(metrics, name)):
+            per_function.setdefault(function, {})[field] = int(value)
+    return stats, {function: Counters(**values) for function, values in per_function.items()}
+
+
+def _value(metric):
+    """The value of an unlabelled counter or gauge."""
+    for family in metric.collect():
+        for sample in family.samples:
+            if sample.name in (family.name, family.name + "_total"):
+                return sample.value
+    return 0
+
+
+def _by_function(metric):
+    for family in metric.collect():
+        for sample in family.samples:
+            if sample.name == family.name + "_total":
+                yield sample.labels["function"], sample.value
+
+
+def previous_functions(path):
+    """The function names an earlier run left in the state database (for the startup image GC)."""
+    try:
+        return {record.name for record in StateReader(path).functions()}
+    except StateError as error:
+        log.debug("No function names from the previous run", extra={"error": str(error)})
+        return set()

@@ -1,0 +1,155 @@
+"""The state writer: counters from the Prometheus registry, the view on change, off the hub."""
+
+import logging
+import threading
+import time
+from datetime import datetime, timezone
+
+import gevent
+import pytest
+
+from relay.metrics import Metrics
+from relay.state import PENDING, Counters, FunctionRecord, StateDatabase, StateError, StateReader
+from relay.state_writer import StateWriter, previous_functions, stats_snapshot
+
+T0 = datetime(2026, 9, 8, 12, 0, 0, tzinfo=timezone.utc)
+RECORD = FunctionRecord(name="fn", runtime="python3.14", status=PENDING, updated_at=T0)
+
+
+def busy_metrics():
+    metrics = Metrics()
+    metrics.events_processed.inc(7)
+    metrics.handler_success.inc(5)
+    metrics.handler_failure.inc(2)
+    metrics.retries.inc(1)
+    metrics.dlq_entries.inc(1)
+    metrics.pending_entries.set(3)
+    metrics.pending_oldest_age.set(134.5)
+    for name, events in (("a", 4), ("b", 3)):
+        metrics.function_events.labels(name).inc(events)
+    metrics.function_success.labels("a").inc(3)
+    metrics.function_failure.labels("b").inc(2)
+    metrics.function_retries.labels("b").inc(1)
+    metrics.function_dlq_entries.labels("b").inc(1)
+    return metrics
+
+
+def test_the_snapshot_is_the_registry_s_absolute_values():
+    stats, per_function = stats_snapshot(busy_metrics(), T0)
+    assert stats.counters == Counters(7, 5, 2, 1, 1)
+    assert (stats.pending_entries, stats.oldest_pending_age_seconds, stats.updated_at) == (3, 134.5, T0)
+    assert per_function == {"a": Counters(4, 3, 0, 0, 0), "b": Counters(3, 0, 2, 1, 1)}
+
+
+def test_a_fresh_registry_snapshots_zeros():
+    stats, per_function = stats_snapshot(Metrics(), T0)
+    assert stats.counters == Counters() and stats.pending_entries == 0 and per_function == {}
+
+
+def test_the_loop_writes_the_view_at_once_and_the_counters_every_interval(tmp_path):
+    path = tmp_path / "db.sqlite3"
+    metrics = busy_metrics()
+    writer = StateWriter(StateDatabase(path), metrics, interval=0.2)
+    loop = gevent.spawn(writer.loop)
+    writer.functions_changed([RECORD])
+    gevent.sleep(0.1)
+    reader = StateReader(path)
+    assert reader.functions() == [RECORD] and reader.stats().updated_at is None
+    gevent.sleep(0.25)
+    assert reader.stats().counters == Counters(7, 5, 2, 1, 1)
+    metrics.events_processed.inc(10)
+    gevent.sleep(0.25)
+    assert reader.stats().counters.events_processed == 17
+    assert reader.function_counters("a") == Counters(4, 3, 0, 0, 0)
+    writer.stop()
+    loop.get(timeout=2)
+
+
+def test_the_final_flush_writes_the_latest_and_closes(tmp_path):
+    path = tmp_path / "db.sqlite3"
+    metrics = busy_metrics()
+    writer = StateWriter(StateDatabase(path), metrics, interval=60)
+    writer.functions_changed([RECORD])
+    metrics.dlq_entries.inc(5)
+    writer.final_flush(timeout=5)
+    reader = StateReader(path)
+    assert reader.functions() == [RECORD] and reader.stats().counters.dlq_entries == 6
+    assert writer.database._connection is None
+
+
+class SlowDatabase:
+    """A database whose writes block their (real) thread for *seconds*."""
+
+    path = "slow.sqlite3"
+
+    def __init__(self, seconds):
+        self.seconds = seconds
+        self.writes = 0
+        self.threads = set()
+
+    def write(self, functions=None, stats=None, function_stats=None, *, view=()):
+        self.threads.add(threading.get_ident())
+        time.sleep(self.seconds)
+        self.writes += 1
+        return functions is not None
+
+    def close(self):
+        pass
+
+
+def test_a_slow_write_never_blocks_the_hub():
+    database = SlowDatabase(0.5)
+    writer = StateWriter(database, Metrics(), interval=0.05)
+    ticks = []
+
+    def tick():
+        for _ in range(60):
+            ticks.append(time.monotonic())
+            gevent.sleep(0.01)
+
+    loop = gevent.spawn(writer.loop)
+    gevent.spawn(tick).get(timeout=10)
+    writer.stop()
+    loop.join(timeout=2)
+    gaps = [later - earlier for earlier, later in zip(ticks, ticks[1:])]
+    assert database.writes >= 1 and threading.get_ident() not in database.threads
+    assert max(gaps) < 0.1, f"the hub stalled for {max(gaps):.3f}s"
+
+
+def test_the_final_flush_is_bounded(caplog):
+    writer = StateWriter(SlowDatabase(1.5), Metrics())
+    started = time.monotonic()
+    with caplog.at_level(logging.WARNING, logger="relay.state"):
+        writer.final_flush(timeout=0.3)
+    assert time.monotonic() - started < 1.5
+    assert "Final state flush did not finish in time" in caplog.text
+
+
+def test_an_unusable_database_is_logged_once_and_retried(tmp_path, caplog):
+    blocker = tmp_path / "blocker"
+    blocker.write_text("")
+    database = StateDatabase(blocker / "db.sqlite3")
+    writer = StateWriter(database, Metrics(), interval=60)
+    writer.functions_changed([RECORD])
+    with caplog.at_level(logging.INFO, logger="relay.state"):
+        writer.flush()
+        writer.flush()
+        assert caplog.text.count("State database unavailable") == 1
+        blocker.unlink()
+        writer.flush()
+    assert "State database writable again" in caplog.text
+    assert StateReader(blocker / "db.sqlite3").functions() == [RECORD], "the view that failed is written later"
+
+
+def test_errors_surface_as_state_errors(tmp_path):
+    with pytest.raises(StateError):
+        StateDatabase(tmp_path).write([RECORD])
+
+
+def test_the_names_an_earlier_run_left_behind(tmp_path):
+    path = tmp_path / "db.sqlite3"
+    assert previous_functions(path) == set()
+    StateDatabase(path).write([RECORD])
+    assert previous_functions(path) == {"fn"}
+    path.write_bytes(b"garbage" * 100)
+    assert previous_functions(path) == set()
