@@ -1,0 +1,118 @@
+"""Noticing changes under /functions without ever blocking the gevent hub.
+
+watchdog's observers cannot run under gevent's monkey-patching: they are
+threads around ``queue.Queue``, which becomes gevent's queue, and the
+observer fails at its first event; its inotify emitter would also block the
+hub in ``os.read`` (watchdog issue 306). So the watcher polls with
+watchdog's own snapshot primitives -- what its PollingObserver is built
+from -- and takes every snapshot and diff in gevent's threadpool, a real OS
+thread. The hub only sleeps between passes and receives the names of the
+functions whose files changed. Snapshots are recursive, so nested
+directories count; symbolic links are not followed (like the fingerprint).
+
+A change is seen within one poll interval (0.5 s; longer for a tree so big
+that scanning it takes more than an eighth of that). Each function's changes
+then go through a debounce: it is reconciled 750 ms after its last change,
+so a burst of editor saves yields one rebuild.
+"""
+
+import logging
+import os
+import time
+
+import gevent
+from gevent.event import Event
+from watchdog.utils.dirsnapshot import DirectorySnapshot, DirectorySnapshotDiff, EmptyDirectorySnapshot
+
+log = logging.getLogger("relay.watcher")
+
+POLL_INTERVAL = 0.5   # seconds; well under the debounce so that one burst stays one
+DEBOUNCE = 0.75       # seconds after a function's last change
+SCAN_REST = 4         # the pause after a scan is at least this many times as long as the scan
+
+
+class Watcher:
+    def __init__(self, functions_dir, on_change, *, interval=POLL_INTERVAL, offload=None):
+        """*on_change(name)* is called in the watcher's greenlet for every function that changed."""
+        self.root = os.path.abspath(functions_dir)
+        self.on_change = on_change
+        self.interval = interval
+        self.offload = offload or (lambda function, *args: gevent.get_hub().threadpool.apply(function, args))
+        self.stopping = Event()
+        self._failing = False
+
+    def loop(self):
+        previous = None
+        while True:
+            started = time.monotonic()
+            try:
+                previous, changed = self.offload(poll, self.root, previous)
+            except OSError as error:
+                if not self._failing:
+                    log.warning("Cannot scan the functions directory; the periodic pass still runs",
+                                extra={"path": self.root, "error": str(error)})
+                self._failing = True
+            else:
+                self._failing = False
+                for name in changed:
+                    self.on_change(name)
+            # A huge tree scans slowly: rest several scans' time, so polling never eats a core.
+            if self.stopping.wait(max(self.interval, SCAN_REST * (time.monotonic() - started))):
+                return
+
+    def stop(self):
+        self.stopping.set()
+
+
+def poll(root, previous):
+    """(snapshot, names of the functions that changed since *previous*); blocking.
+
+    The first poll (*previous* None) reports nothing: the startup load has
+    just read everything. A missing *root* is an empty snapshot, so its
+    removal reports every function that was there.
+    """
+    try:
+        snapshot = DirectorySnapshot(root, recursive=True, stat=os.lstat)
+    except FileNotFoundError:
+        snapshot = EmptyDirectorySnapshot()
+    if previous is None:
+        return snapshot, []
+    diff = DirectorySnapshotDiff(previous, snapshot)
+    paths = [*diff.files_created, *diff.files_deleted, *diff.files_modified, *diff.dirs_created, *diff.dirs_deleted]
+    for source, destination in [*diff.files_moved, *diff.dirs_moved]:
+        paths += [source, destination]
+    names = set()
+    for path in paths:
+        first = os.path.relpath(path, root).split(os.sep, 1)[0]
+        if first not in (os.curdir, os.pardir):
+            names.add(first)
+    return snapshot, sorted(names)
+
+
+class Debouncer:
+    """Calls ``action(key)`` once, *delay* seconds after the last ``touch(key)``."""
+
+    def __init__(self, action, delay=DEBOUNCE):
+        self.action = action
+        self.delay = delay
+        self._due = {}
+        self._timers = {}
+
+    def touch(self, key):
+        self._due[key] = time.monotonic() + self.delay
+        if key not in self._timers:
+            self._timers[key] = gevent.spawn(self._wait, key)
+
+    def cancel(self):
+        timers, self._timers = list(self._timers.values()), {}
+        self._due.clear()
+        gevent.killall(timers, block=False)
+
+    def _wait(self, key):
+        while (remaining := self._due[key] - time.monotonic()) > 0:
+            gevent.sleep(remaining)
+        del self._due[key], self._timers[key]
+        try:
+            self.action(key)
+        except Exception:
+            log.exception("Handling a change failed", extra={"function": key})
