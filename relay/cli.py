@@ -107,12 +107,12 @@ Options:
 HANDLERS = {
     "health": "relay.health:health_command",
     "secret": "relay.secret_commands:run",
+    "stats": "relay.views:stats_command",
+    "function": "relay.views:function_command",
 }
 
 # Commands whose capability has not landed yet, and what brings it.
 NOT_YET_AVAILABLE = {
-    "stats": "the local state database",
-    "function": "the local state database",
     "git": "git sync",
 }
 

@@ -1,0 +1,174 @@
+"""``relay function ls``, ``relay function inspect <name>`` and ``relay stats``.
+
+They read the state database file and nothing else (no Redis, Docker or
+/functions), so they work while Relay or Redis is down. Rendering is plain
+functions of records and the current time, so the layouts are tested as
+golden text. Imports stay light: sqlite3, and cron-descriptor only when a
+function has schedules.
+"""
+
+import sys
+from datetime import datetime, timezone
+
+from relay.durations import SECOND, format_duration
+from relay.state import DB_PATH, StateError, StateReader
+
+LABEL_WIDTH = 19        # inspect: "Last reconcile:    "
+STATS_LABEL_WIDTH = 21  # stats: "Oldest pending age:  "
+ABSOLUTE_AFTER_DAYS = 30
+DEFAULT_TIMEOUT = "6s"  # a schedule's timeout is shown only when it is not the default
+
+# ls: column -> minimum width (a wider value widens its column)
+_LS_COLUMNS = (("NAME", 22), ("RUNTIME", 13), ("STATUS", 10), ("HANDLERS", 11), ("UPDATED", 0))
+_EVENT_WIDTH = 25
+_SCHEDULE_WIDTH = 38
+_COUNTER_LABELS = (("Events processed:", "events_processed"), ("Handler successes:", "handler_successes"),
+                   ("Handler failures:", "handler_failures"), ("Retries:", "retries"), ("DLQ entries:", "dlq_entries"))
+
+
+# --- commands -------------------------------------------------------------------------
+
+
+def function_command(args, path=None):
+    reader = StateReader(path or DB_PATH)
+    if args["ls"]:
+        return _run("relay function ls", lambda: render_function_list(reader.functions(), _now()))
+    name = args["<name>"]
+    command = "relay function inspect"
+
+    def inspect():
+        record = reader.function(name)
+        if record is None:
+            raise _Unknown(f'{command}: unknown function "{name}": Relay has not loaded it '
+                           f"(state database {reader.path}; 'relay function ls' lists the loaded functions)")
+        return render_function(record, reader.function_counters(name), _now())
+
+    return _run(command, inspect)
+
+
+def stats_command(args, path=None):
+    reader = StateReader(path or DB_PATH)
+    return _run("relay stats", lambda: render_stats(reader.stats(), _now()))
+
+
+class _Unknown(Exception):
+    pass
+
+
+def _run(command, render):
+    try:
+        text = render()
+    except _Unknown as unknown:
+        print(unknown, file=sys.stderr)
+        return 1
+    except StateError as error:
+        print(f"{command}: {error}", file=sys.stderr)
+        return 1
+    sys.stdout.write(text)
+    return 0
+
+
+def _now():
+    return datetime.now(timezone.utc)
+
+
+# --- rendering ------------------------------------------------------------------------
+
+
+def render_function_list(records, now):
+    rows = [(record.name, record.runtime, record.status, str(len(record.handlers)),
+             age(record.prepared_at or record.updated_at, now)) for record in records]
+    widths = [max([minimum, *(len(row[index]) + 3 for row in rows)]) if minimum else 0
+              for index, (_title, minimum) in enumerate(_LS_COLUMNS)]
+    lines = [_columns([title for title, _minimum in _LS_COLUMNS], widths)]
+    lines += [_columns(row, widths) for row in rows]
+    return "".join(line.rstrip() + "\n" for line in lines)
+
+
+def render_function(record, counters, now):
+    lines = [_field("Name:", record.name), _field("Runtime:", record.runtime), _field("Status:", record.status)]
+    if record.image:
+        lines.append(_field("Image:", record.image))
+    if record.fingerprint:
+        lines.append(_field("Fingerprint:", record.fingerprint))
+    if record.prepared_at:
+        lines.append(_field("Prepared:", f"{_timestamp(record.prepared_at)} ({age(record.prepared_at, now)})"))
+    if record.last_reconcile_status:
+        outcome = f"{record.last_reconcile_status} ({age(record.last_reconcile_at, now)})"
+        lines.append(_field("Last reconcile:", outcome))
+    if record.last_error:
+        first, *rest = record.last_error.splitlines() or [""]
+        lines.append(_field("Last error:", first))
+        lines += [" " * LABEL_WIDTH + line for line in rest]
+
+    sections = []
+    if record.events:
+        width = max(_EVENT_WIDTH, *(len(item.handler) + 3 for item in record.events))
+        sections.append(("Events:", [f"{item.handler:<{width}}timeout={item.timeout}" for item in record.events]))
+    if record.schedules:
+        width = max(_SCHEDULE_WIDTH, *(len(item.handler) + 3 for item in record.schedules))
+        sections.append(("Schedules:", [f"{item.handler:<{width}}{_schedule(item)}" for item in record.schedules]))
+    sections.append(("Stats:", [f"{label:<{STATS_LABEL_WIDTH}}{getattr(counters, column)}"
+                                for label, column in _COUNTER_LABELS]))
+    if record.env:
+        sections.append(("Environment:", [f"{key}={value}" for key, value in record.env.items()]))
+    if record.secrets:
+        sections.append(("Secrets:", [f"{key}={reference}" for key, reference in record.secrets.items()]))
+    for title, items in sections:
+        lines += ["", title, *(f"  {item}".rstrip() for item in items)]
+    return "".join(line + "\n" for line in lines)
+
+
+def render_stats(stats, now):
+    counters = stats.counters
+    values = [(label, getattr(counters, column)) for label, column in _COUNTER_LABELS]
+    values += [("Pending entries:", stats.pending_entries),
+               ("Oldest pending age:", format_duration(int(stats.oldest_pending_age_seconds) * SECOND)),
+               ("Updated:", age(stats.updated_at, now) if stats.updated_at else "never")]
+    return "".join(f"{label:<{STATS_LABEL_WIDTH}}{value}\n" for label, value in values)
+
+
+def age(moment, now):
+    """ "12s ago", "3m ago", "2h ago", "5d ago"; the date after about a month."""
+    seconds = max(0, int((now - moment).total_seconds()))
+    if seconds < 60:
+        return f"{seconds}s ago"
+    if seconds < 3600:
+        return f"{seconds // 60}m ago"
+    if seconds < 86400:
+        return f"{seconds // 3600}h ago"
+    if seconds < ABSOLUTE_AFTER_DAYS * 86400:
+        return f"{seconds // 86400}d ago"
+    return moment.astimezone(timezone.utc).strftime("%Y-%m-%d")
+
+
+def describe_cron(expression):
+    """The cron in words with 24-hour times ("At 08:00, Monday through Friday"), or None."""
+    try:
+        from cron_descriptor import ExpressionDescriptor, Options
+
+        options = Options(use_24hour_time_format=True, locale_code="en_US")
+        return ExpressionDescriptor(expression, options).get_description() or None
+    except Exception:  # display only: any failure means "no description", never a failed inspect
+        return None
+
+
+def _schedule(item):
+    description = describe_cron(item.cron)
+    text = f'cron="{item.cron}"' + (f" ({description})" if description else "")
+    text += f" timezone={item.timezone or 'UTC'}"
+    if item.timeout != DEFAULT_TIMEOUT:
+        text += f" timeout={item.timeout}"
+    return text
+
+
+def _field(label, value):
+    return f"{label:<{LABEL_WIDTH}}{value}"
+
+
+def _timestamp(moment):
+    return moment.astimezone(timezone.utc).isoformat().replace("+00:00", "Z")
+
+
+def _columns(values, widths):
+    return "".join(f"{value:<{width}}" for value, width in zip(values, widths))

@@ -1,0 +1,327 @@
+"""``relay function ls``, ``relay function inspect`` and ``relay stats``: golden output,
+exit codes, and the real command reading /var/lib/relay/db.sqlite3 in a private
+mount namespace (no Redis, Docker or /functions anywhere)."""
+
+import os
+import shutil
+import subprocess
+import sys
+from datetime import datetime, timedelta, timezone
+
+import pytest
+
+from relay import views
+from relay.state import (
+    FAILED, PENDING, READY, SCHEDULE, SUCCESS, Counters, FunctionRecord, HandlerRecord, StateDatabase, Stats,
+)
+from relay.views import age, render_function, render_function_list, render_stats
+from tests.conftest import ROOT, base_env
+
+NOW = datetime(2026, 9, 8, 12, 0, 12, tzinfo=timezone.utc)
+PREPARED = datetime(2026, 9, 8, 12, 0, 0, tzinfo=timezone.utc)
+FINGERPRINT = "3f5a0c1e9b7d24680acf13579bdf02468ace13579bdf02468ace13579bdf0246"
+IMAGE = "relay-fn-user-events-python:3f5a0c1e9b7d2468"
+
+USER_EVENTS = FunctionRecord(
+    name="user-events-python", runtime="python3.14", status=READY, updated_at=PREPARED, image=IMAGE,
+    fingerprint=FINGERPRINT, prepared_at=PREPARED, last_reconcile_at=PREPARED, last_reconcile_status=SUCCESS,
+    handlers=(HandlerRecord("events.created.handler", "6s"), HandlerRecord("events.updated.handler", "20s"),
+              HandlerRecord("events.deleted.handler", "6s")))
+WELCOME = FunctionRecord(
+    name="welcome-email-node", runtime="node24", status=READY, updated_at=PREPARED,
+    image="relay-fn-welcome-email-node:0011223344556677", fingerprint="0011223344556677" + "8" * 48,
+    prepared_at=PREPARED, last_reconcile_at=PREPARED, last_reconcile_status=SUCCESS,
+    handlers=(HandlerRecord("handler.handler", "6s"),))
+BUILD_ERROR = ('building image relay-fn-reports:9a8b7c6d5e4f3a2b for function "reports" failed: The command '
+               "'/bin/sh -c pip install -r requirements.txt' returned a non-zero code: 1\n"
+               "last build output:\n"
+               "  ERROR: No matching distribution found for reportlib==9.9")
+STATS = Counters(12493, 12470, 23, 17, 2)
+
+
+def test_function_ls_matches_the_reference():
+    assert render_function_list([USER_EVENTS, WELCOME], NOW) == (
+        "NAME                  RUNTIME      STATUS    HANDLERS   UPDATED\n"
+        "user-events-python    python3.14   ready     3          12s ago\n"
+        "welcome-email-node    node24       ready     1          12s ago\n")
+
+
+def test_function_ls_ages_pending_rows_and_long_names():
+    long_name = "a-function-name-that-is-rather-long"
+    rows = [
+        FunctionRecord(name=long_name, runtime="node24", status=READY, updated_at=NOW - timedelta(days=40),
+                       prepared_at=datetime(2026, 7, 30, 9, 0, tzinfo=timezone.utc),
+                       handlers=(HandlerRecord("h.a", "6s"), HandlerRecord("h.b", "6s", SCHEDULE, "* * * * *"))),
+        FunctionRecord(name="reports", runtime="python3.14", status=PENDING, updated_at=NOW - timedelta(minutes=3),
+                       last_reconcile_status=FAILED, last_reconcile_at=NOW - timedelta(minutes=3),
+                       last_error=BUILD_ERROR, handlers=(HandlerRecord("jobs.report.handler", "6s"),) * 12),
+        FunctionRecord(name="nightly", runtime="python3.14", status=READY, updated_at=NOW,
+                       prepared_at=NOW - timedelta(hours=2, minutes=59)),
+        FunctionRecord(name="weekly", runtime="python3.14", status=READY, updated_at=NOW,
+                       prepared_at=NOW - timedelta(days=5, hours=23)),
+    ]
+    assert render_function_list(sorted(rows, key=lambda row: row.name), NOW) == (
+        "NAME                                  RUNTIME      STATUS    HANDLERS   UPDATED\n"
+        "a-function-name-that-is-rather-long   node24       ready     2          2026-07-30\n"
+        "nightly                               python3.14   ready     0          2h ago\n"
+        "reports                               python3.14   pending   12         3m ago\n"
+        "weekly                                python3.14   ready     0          5d ago\n")
+
+
+def test_function_ls_with_nothing_loaded_is_the_header():
+    assert render_function_list([], NOW) == "NAME                  RUNTIME      STATUS    HANDLERS   UPDATED\n"
+
+
+def test_inspect_a_ready_function():
+    assert render_function(USER_EVENTS, STATS, NOW) == f"""\
+Name:              user-events-python
+Runtime:           python3.14
+Status:            ready
+Image:             {IMAGE}
+Fingerprint:       {FINGERPRINT}
+Prepared:          2026-09-08T12:00:00Z (12s ago)
+Last reconcile:    success (12s ago)
+
+Events:
+  events.created.handler   timeout=6s
+  events.updated.handler   timeout=20s
+  events.deleted.handler   timeout=6s
+
+Stats:
+  Events processed:    12493
+  Handler successes:   12470
+  Handler failures:    23
+  Retries:             17
+  DLQ entries:         2
+"""
+
+
+def test_inspect_a_pending_function_omits_image_fingerprint_and_prepared():
+    pending = FunctionRecord(
+        name="reports", runtime="python3.14", status=PENDING, updated_at=NOW - timedelta(minutes=3),
+        last_reconcile_at=NOW - timedelta(minutes=3), last_reconcile_status=FAILED, last_error=BUILD_ERROR,
+        handlers=(HandlerRecord("jobs.report.handler", "6s"),))
+    assert render_function(pending, Counters(), NOW) == """\
+Name:              reports
+Runtime:           python3.14
+Status:            pending
+Last reconcile:    failed (3m ago)
+Last error:        building image relay-fn-reports:9a8b7c6d5e4f3a2b for function "reports" failed: The command \
+'/bin/sh -c pip install -r requirements.txt' returned a non-zero code: 1
+                   last build output:
+                     ERROR: No matching distribution found for reportlib==9.9
+
+Events:
+  jobs.report.handler      timeout=6s
+
+Stats:
+  Events processed:    0
+  Handler successes:   0
+  Handler failures:    0
+  Retries:             0
+  DLQ entries:         0
+"""
+
+
+def test_inspect_a_pending_function_still_building_has_no_reconcile_line():
+    building = FunctionRecord(name="reports", runtime="node24", status=PENDING, updated_at=NOW,
+                              handlers=(HandlerRecord("handler.handler", "6s"),))
+    text = render_function(building, Counters(), NOW)
+    assert text.startswith("Name:              reports\nRuntime:           node24\nStatus:            pending\n\n")
+    assert "Last" not in text and "Image" not in text
+
+
+def test_inspect_a_failed_reconcile_keeps_status_ready():
+    failed = FunctionRecord(
+        name="user-events-python", runtime="python3.14", status=READY, updated_at=NOW - timedelta(seconds=4),
+        image=IMAGE, fingerprint=FINGERPRINT, prepared_at=PREPARED - timedelta(hours=2),
+        last_reconcile_at=NOW - timedelta(seconds=4), last_reconcile_status=FAILED,
+        last_error="/functions/user-events-python/template.yaml: 1 problem\n"
+                   "  runtime: 'python9' is not supported; use one of python3.14, node24",
+        handlers=(HandlerRecord("events.created.handler", "6s"),))
+    assert render_function(failed, Counters(3, 3, 0, 0, 0), NOW) == f"""\
+Name:              user-events-python
+Runtime:           python3.14
+Status:            ready
+Image:             {IMAGE}
+Fingerprint:       {FINGERPRINT}
+Prepared:          2026-09-08T10:00:00Z (2h ago)
+Last reconcile:    failed (4s ago)
+Last error:        /functions/user-events-python/template.yaml: 1 problem
+                     runtime: 'python9' is not supported; use one of python3.14, node24
+
+Events:
+  events.created.handler   timeout=6s
+
+Stats:
+  Events processed:    3
+  Handler successes:   3
+  Handler failures:    0
+  Retries:             0
+  DLQ entries:         0
+"""
+
+
+def test_inspect_with_schedules_environment_and_secrets():
+    configured = FunctionRecord(
+        name="user-events-python", runtime="python3.14", status=READY, updated_at=PREPARED, image=IMAGE,
+        fingerprint=FINGERPRINT, prepared_at=PREPARED, last_reconcile_at=PREPARED, last_reconcile_status=SUCCESS,
+        env={"API_URL": "https://api.example.com", "MODE": "a b=c"},
+        secrets={"DATABASE_URL": "database-url"},
+        handlers=(HandlerRecord("events.created.handler", "6s"),
+                  HandlerRecord("jobs.cleanup.handler", "6s", SCHEDULE, "0 3 * * *", "UTC"),
+                  HandlerRecord("jobs.report.handler", "20s", SCHEDULE, "0 8 * * 1-5", "Europe/Rome"),
+                  HandlerRecord("jobs.tick.handler", "6s", SCHEDULE, "30 */5 * * * *", "UTC")))
+    assert render_function(configured, STATS, NOW) == f"""\
+Name:              user-events-python
+Runtime:           python3.14
+Status:            ready
+Image:             {IMAGE}
+Fingerprint:       {FINGERPRINT}
+Prepared:          2026-09-08T12:00:00Z (12s ago)
+Last reconcile:    success (12s ago)
+
+Events:
+  events.created.handler   timeout=6s
+
+Schedules:
+  jobs.cleanup.handler                  cron="0 3 * * *" (At 03:00) timezone=UTC
+  jobs.report.handler                   cron="0 8 * * 1-5" (At 08:00, Monday through Friday) timezone=Europe/Rome \
+timeout=20s
+  jobs.tick.handler                     cron="30 */5 * * * *" (At 30 seconds past the minute, every 5 minutes) \
+timezone=UTC
+
+Stats:
+  Events processed:    12493
+  Handler successes:   12470
+  Handler failures:    23
+  Retries:             17
+  DLQ entries:         2
+
+Environment:
+  API_URL=https://api.example.com
+  MODE=a b=c
+
+Secrets:
+  DATABASE_URL=database-url
+"""
+
+
+def test_a_cron_without_a_description_is_shown_raw(monkeypatch):
+    monkeypatch.setattr(views, "describe_cron", lambda expression: None)
+    record = FunctionRecord(name="jobs", runtime="node24", status=PENDING, updated_at=NOW,
+                            handlers=(HandlerRecord("jobs.run", "6s", SCHEDULE, "0 3 * * *", "UTC"),))
+    assert '  jobs.run                              cron="0 3 * * *" timezone=UTC\n' in render_function(
+        record, Counters(), NOW)
+
+
+def test_cron_descriptions_are_24_hour_and_never_fail():
+    assert views.describe_cron("0 15 * * *") == "At 15:00"
+    assert views.describe_cron("not a cron") is None
+    assert views.describe_cron("") is None
+
+
+def test_stats_matches_the_reference():
+    stats = Stats(Counters(152934, 152801, 133, 82, 4), pending_entries=17, oldest_pending_age_seconds=134.9,
+                  updated_at=NOW - timedelta(seconds=10))
+    assert render_stats(stats, NOW) == """\
+Events processed:    152934
+Handler successes:   152801
+Handler failures:    133
+Retries:             82
+DLQ entries:         4
+Pending entries:     17
+Oldest pending age:  2m14s
+Updated:             10s ago
+"""
+
+
+def test_stats_of_a_fresh_database():
+    assert render_stats(Stats(), NOW) == """\
+Events processed:    0
+Handler successes:   0
+Handler failures:    0
+Retries:             0
+DLQ entries:         0
+Pending entries:     0
+Oldest pending age:  0s
+Updated:             never
+"""
+
+
+@pytest.mark.parametrize(("seconds", "text"), [
+    (0, "0s ago"), (12, "12s ago"), (59, "59s ago"), (60, "1m ago"), (3599, "59m ago"), (3600, "1h ago"),
+    (86399, "23h ago"), (86400, "1d ago"), (29 * 86400, "29d ago"), (30 * 86400, "2026-08-09"), (-5, "0s ago"),
+])
+def test_relative_ages(seconds, text):
+    assert age(NOW - timedelta(seconds=seconds), NOW) == text
+
+
+# --- the commands -------------------------------------------------------------------
+
+
+def write_database(path, stats=None):
+    StateDatabase(path).write([WELCOME, USER_EVENTS], stats, {"user-events-python": STATS} if stats else None)
+
+
+def test_commands_in_process(tmp_path, capsys):
+    path = tmp_path / "db.sqlite3"
+    write_database(path, Stats(STATS, 1, 2.0, datetime.now(timezone.utc)))
+    assert views.function_command({"ls": True, "<name>": None}, path) == 0
+    listing = capsys.readouterr().out
+    assert listing.splitlines()[1].startswith("user-events-python    python3.14   ready     3          ")
+    assert views.function_command({"ls": False, "<name>": "user-events-python"}, path) == 0
+    assert "  Events processed:    12493\n" in capsys.readouterr().out
+    assert views.stats_command({}, path) == 0
+    assert capsys.readouterr().out.endswith("Updated:             0s ago\n")
+
+
+def test_inspect_of_an_unknown_function_exits_1(tmp_path, capsys):
+    path = tmp_path / "db.sqlite3"
+    write_database(path)
+    assert views.function_command({"ls": False, "<name>": "nope"}, path) == 1
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err.startswith('relay function inspect: unknown function "nope"')
+    assert "relay function ls" in captured.err and captured.err.count("\n") == 1
+
+
+def test_a_broken_database_exits_1_with_the_reason(tmp_path, capsys):
+    path = tmp_path / "db.sqlite3"
+    path.write_bytes(b"garbage" * 1000)
+    assert views.stats_command({}, path) == 1
+    assert views.function_command({"ls": True, "<name>": None}, path) == 1
+    err = capsys.readouterr().err.splitlines()
+    assert err[0].startswith("relay stats: cannot read the state database") and "file is not a database" in err[0]
+    assert err[1].startswith("relay function ls: cannot read the state database")
+
+
+def view_command(state_dir, *args):
+    """``python -m relay <args>`` with *state_dir* mounted at /var/lib/relay, nothing else available."""
+    os.makedirs("/var/lib/relay", exist_ok=True)
+    script = 'mount --bind "$1" /var/lib/relay; shift; exec "$@"'
+    command = [shutil.which("unshare"), "--mount", "--propagation", "private", "--", "sh", "-ec", script,
+               "relay-views", str(state_dir), sys.executable, "-m", "relay", *args]
+    env = base_env(REDIS_URI="127.0.0.1:1", DOCKER_HOST="tcp://127.0.0.1:1")
+    return subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+
+
+def test_the_real_commands_read_the_fixed_path_with_relay_and_redis_down(tmp_path):
+    state = tmp_path / "state"
+    state.mkdir()
+    empty = view_command(state, "stats")
+    assert (empty.returncode, empty.stderr) == (0, "")
+    assert empty.stdout.endswith("Updated:             never\n") and not (state / "db.sqlite3").exists()
+
+    write_database(state / "db.sqlite3", Stats(STATS, 17, 134.0, datetime.now(timezone.utc)))
+    listing = view_command(state, "function", "ls")
+    assert listing.returncode == 0, listing.stderr
+    assert [line.split()[:4] for line in listing.stdout.splitlines()] == [
+        ["NAME", "RUNTIME", "STATUS", "HANDLERS"], ["user-events-python", "python3.14", "ready", "3"],
+        ["welcome-email-node", "node24", "ready", "1"]]
+    inspect = view_command(state, "function", "inspect", "user-events-python")
+    assert inspect.returncode == 0 and f"Fingerprint:       {FINGERPRINT}\n" in inspect.stdout
+    stats = view_command(state, "stats")
+    assert "Pending entries:     17\nOldest pending age:  2m14s\n" in stats.stdout
+    unknown = view_command(state, "function", "inspect", "nope")
+    assert unknown.returncode == 1 and unknown.stdout == "" and 'unknown function "nope"' in unknown.stderr
