@@ -1,6 +1,8 @@
 """Garbage collection of old function images, with leases protecting in-flight invocations."""
 
+import io
 import logging
+import tarfile
 import threading
 import time
 
@@ -30,7 +32,9 @@ class FakeAPI:
         self.refuse = set(refuse)
         self.removed = []
 
-    def images(self, name=None):
+    def images(self, name=None, filters=None):
+        if filters:  # untagged images: none here
+            return []
         return [{"RepoTags": [tag]} for tag in self.tags]
 
     def remove_image(self, tag, force=False, noprune=False):
@@ -156,3 +160,29 @@ def test_gc_at_startup_removes_a_removed_functions_images(docker_engine, version
     assert set(removed) <= {old, new}  # a concurrent Relay on this engine may have removed some first
     assert function_tags(docker_engine, name) == []
     assert image_exists(docker_engine, "python:3.14-slim")
+
+
+def test_untagged_images_of_collected_functions_are_removed(docker_engine):
+    name = f"gc-untagged-{token()}"
+    context = io.BytesIO()
+    with tarfile.open(fileobj=context, mode="w") as tar:
+        for index, other in enumerate((name, f"{name}-other")):
+            dockerfile = (f'FROM python:3.14-slim\nLABEL relay.build.kind="function" '
+                          f'relay.build.function="{other}"\n').encode()
+            info = tarfile.TarInfo(f"Dockerfile.{index}")
+            info.size = len(dockerfile)
+            tar.addfile(info, io.BytesIO(dockerfile))
+    built = []
+    for index in range(2):
+        context.seek(0)
+        tag = f"relay-fn-{name}:{'0' * 15}{index}"
+        list(docker_engine.api.build(fileobj=context, custom_context=True, dockerfile=f"Dockerfile.{index}",
+                                     tag=tag, rm=True))
+        built.append(docker_engine.api.inspect_image(tag)["Id"])
+        docker_engine.api.tag("python:3.14-slim", *tag.split(":"))  # the build loses its tag
+    try:
+        collect_garbage(docker_engine, {name: f"relay-fn-{name}:{'0' * 15}0"}, ImageLeases())
+        assert not image_exists(docker_engine, built[0])  # untagged, of a function in the pass
+        assert image_exists(docker_engine, built[1])  # untagged, of a function the pass is not about
+    finally:
+        remove_images(docker_engine, [*built, f"relay-fn-{name}:{'0' * 15}0", f"relay-fn-{name}:{'0' * 15}1"])

@@ -8,9 +8,10 @@ replicas on one host, end-to-end tests -- and their functions' images are
 theirs. A tag is removed when it is not the active image of its function and
 no in-flight invocation holds a lease on it; a leased one is removed when its
 last lease is released, unless it has become active again by then (a
-reverted function reuses its old tag). relay-dep-* images, untagged layers and
-every other image are never touched, and nothing is forced: an image a
-container still uses stays.
+reverted function reuses its old tag). Function images of those functions
+that lost their tag (concurrent builds of one version) go too. relay-dep-*
+images, build cache layers and every other image are never touched, and
+nothing is forced: an image a container still uses stays.
 """
 
 import logging
@@ -19,7 +20,7 @@ import re
 from docker.errors import APIError, NotFound
 from requests.exceptions import RequestException
 
-from relay.runtime.recipes import FUNCTION_REPOSITORY_PREFIX
+from relay.runtime.recipes import FUNCTION_LABEL, FUNCTION_REPOSITORY_PREFIX, KIND_LABEL
 
 log = logging.getLogger("relay.runtime.gc")
 
@@ -55,6 +56,7 @@ def collect_garbage(docker_client, active, leases, functions=None):
                 log.debug("Image in use; it will be removed after its last invocation", extra={"image": tag})
             elif _remove(docker_client, tag):
                 removed.append(tag)
+    _remove_untagged(docker_client, only)
     return removed
 
 
@@ -87,6 +89,20 @@ def _remover(docker_client, active):
     return remove
 
 
+def _remove_untagged(docker_client, functions):
+    """Remove function images that lost their tag: two processes that built the
+    same version at once (replicas starting together) leave all but the last
+    build untagged. Images still used by a container stay."""
+    try:
+        images = docker_client.api.images(filters={"dangling": True, "label": f"{KIND_LABEL}=function"})
+    except (APIError, RequestException) as error:
+        log.debug("Cannot list untagged images", extra={"error": str(error)})
+        return
+    for image in images:
+        if (image.get("Labels") or {}).get(FUNCTION_LABEL) in functions:
+            _remove(docker_client, image["Id"])
+
+
 def _remove(docker_client, tag):
     try:
         docker_client.api.remove_image(tag, force=False, noprune=False)
@@ -98,5 +114,5 @@ def _remove(docker_client, tag):
     except RequestException as error:
         log.warning("Cannot remove old function image", extra={"image": tag, "error": str(error)})
         return False
-    log.info("Removed old function image", extra={"image": tag})
+    log.info("Removed old function image", extra={"image": tag[:19] if tag.startswith("sha256:") else tag})
     return True
