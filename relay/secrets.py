@@ -17,22 +17,16 @@ Redis) because the admin commands import it.
 """
 
 import os
-import re
 from contextlib import suppress
 from pathlib import Path
 from typing import Protocol
 
 from relay.config import STATE_DIR
 from relay.errors import RelayError
+from relay.names import secret_name_problem
 
 SECRETS_DIR = Path(STATE_DIR) / "secrets"
 MAX_VALUE_BYTES = 64 * 1024  # far below what one environment variable may hold
-
-# The secret-reference rules, the same as relay.functions.names (which this
-# light module cannot import: that package loads YAML). A test pins the two.
-MAX_NAME_LENGTH = 63
-_NAME = re.compile(r"[a-z0-9_-](?:[a-z0-9._-]*[a-z0-9_-])?", re.ASCII)
-
 
 class SecretError(RelayError):
     """A secret is missing, unreadable, unusable or has an invalid name."""
@@ -43,16 +37,6 @@ class SecretProvider(Protocol):
 
     def get(self, name: str) -> str:
         """The value of secret *name*; SecretError naming *name* (never a value) if it cannot."""
-
-
-def secret_name_problem(name):
-    """Why *name* is not a valid secret name, or None when it is."""
-    if not isinstance(name, str) or not _NAME.fullmatch(name):
-        return (f"{name!r} is not a valid secret name: use lowercase letters, digits, '.', '_' and '-', "
-                f"not starting or ending with '.'")
-    if len(name) > MAX_NAME_LENGTH:
-        return f"{name!r} is not a valid secret name: it is longer than {MAX_NAME_LENGTH} characters"
-    return None
 
 
 def value_problem(data):

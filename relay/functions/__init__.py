@@ -5,7 +5,7 @@ Pure and I/O-light: no Redis, Docker or gevent here.
 
 from relay.functions.fingerprint import fingerprint_directory
 from relay.functions.function import Function, MissingTemplate, load_function
-from relay.functions.names import env_name_problem, function_name_problem, secret_name_problem
+from relay.names import env_name_problem, function_name_problem, secret_name_problem
 from relay.functions.patterns import Pattern, compile_pattern
 from relay.functions.template import Rule, Schedule, Template, parse_template
 

@@ -5,7 +5,7 @@ from pathlib import Path
 
 from relay.errors import TemplateError
 from relay.functions.fingerprint import TAG_LENGTH, fingerprint_directory
-from relay.functions.names import function_name_problem
+from relay.names import function_name_problem
 from relay.functions.template import Template, parse_template
 
 TEMPLATE_FILE = "template.yaml"

@@ -15,7 +15,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 import yaml
 
 from relay.durations import MINUTE, SECOND, DurationError, format_duration, parse_duration
-from relay.functions.names import env_name_problem, secret_name_problem
+from relay.names import env_name_problem, secret_name_problem
 from relay.functions.patterns import Pattern, compile_pattern
 from relay.functions.problems import InvalidTemplate, Problems, join, show
 

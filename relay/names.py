@@ -1,6 +1,7 @@
 """Names that end up in Docker tags, environment variables and file names.
 
 Names are validated, never sanitized: a bad name is an error the operator sees.
+Light on purpose (only ``re``): the secret commands use it too.
 """
 
 import re
