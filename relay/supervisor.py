@@ -1,11 +1,14 @@
 """``relay start``: the supervisor that owns the life of the process.
 
     config → logging → Redis and Docker reachable (fail fast) → orphan sweep
-    → load and build /functions → consumer group → spawn the loops
-    → run until SIGTERM/SIGINT → stop taking work → drain (deadline) → stop
+    → state writer, watcher → load and build /functions (the reconciler)
+    → image GC → consumer group → spawn the loops
+    → run until SIGTERM/SIGINT → stop taking work → drain (deadline)
+    → final bounded state flush → stop
 
 It runs in the main greenlet; gevent has already patched the standard
-library (see relay.entry). Each loop is a greenlet owned by one module.
+library (see relay.entry). Each loop is a greenlet owned by one module,
+with loop() and stop().
 """
 
 import logging
@@ -34,6 +37,10 @@ class Timing:
     reclaim_interval: float = 60.0
     min_idle: float = 60.0
     backlog_interval: float = 15.0
+    rescan_interval: float = 30.0   # the reconciler's periodic pass
+    watch_interval: float = 0.5     # the watcher's polls of /functions
+    debounce: float = 0.75          # quiet time after a function's last change
+    stats_interval: float = 5.0     # counters → state database
 
 
 def start(imported_before_patch=()):
@@ -59,15 +66,19 @@ def start(imported_before_patch=()):
 
 
 class Supervisor:
-    def __init__(self, config, functions_dir=FUNCTIONS_DIR, secrets_dir=None, timing=Timing()):
+    def __init__(self, config, functions_dir=FUNCTIONS_DIR, secrets_dir=None, timing=Timing(), state_path=None):
+        """*state_path* overrides the fixed /var/lib/relay/db.sqlite3 (tests only)."""
         self.config = config
         self.functions_dir = functions_dir
         self.secrets_dir = secrets_dir
         self.timing = timing
+        self.state_path = state_path
         self.stopping = Event()
         self.redis = None
         self.docker = None
         self.consumer = None
+        self.state = None
+        self.catalog = None
         self.loops = []
         self.services = []
 
@@ -105,11 +116,8 @@ class Supervisor:
 
     def _start_engine(self):
         from relay.catalog import Catalog
-        from relay.loading import discover, prepare
         from relay.metrics import Metrics
         from relay.runtime.executor import Executor
-        from relay.runtime.image_gc import collect_garbage
-        from relay.runtime.images import ImageBuilder
         from relay.runtime.leases import ImageLeases
         from relay.runtime.sweep import sweep_orphans
         from relay.secrets import FileSecretStore, environment
@@ -123,17 +131,9 @@ class Supervisor:
         config, client = self.config, self.redis
         self.metrics = metrics = Metrics()
         sweep_orphans(self.docker, config.consumer)
-
-        builder = ImageBuilder(
-            self.docker,
-            on_build_failure=lambda name: metrics.build_failures.labels(name).inc(),
-            on_build_seconds=lambda name, seconds: metrics.build_duration.labels(name).observe(seconds))
-        functions = discover(self.functions_dir)
-        self.catalog = Catalog(filter(None, (prepare(function, builder) for function in functions)))
-        log.info("Loaded functions", extra={"ready": len(self.catalog.snapshot()), "found": len(functions)})
+        self.catalog = Catalog()
         self.leases = ImageLeases()
-        collect_garbage(self.docker, {active.name: active.image for active in self.catalog.snapshot()},
-                        self.leases)
+        self._load_functions()
 
         ensure_group(client, config.stream, config.group)
         secrets = FileSecretStore(self.secrets_dir) if self.secrets_dir else FileSecretStore()
@@ -155,20 +155,62 @@ class Supervisor:
         self.loops += [gevent.spawn(self.consumer.read_loop), gevent.spawn(self.consumer.reclaim_loop)]
         self._start_services()
 
+    def _load_functions(self):
+        """The state writer and the watcher first (a slow startup build is visible, an edit
+        during it is not lost), then every function, built; then the startup image GC."""
+        from relay.reconciler import ActiveImages, Reconciler
+        from relay.runtime.image_gc import collect_garbage, retire_image
+        from relay.runtime.images import ImageBuilder
+        from relay.state import DB_PATH, StateDatabase
+        from relay.state_writer import StateWriter, previous_functions
+        from relay.watcher import Debouncer, Watcher
+
+        metrics, timing, docker = self.metrics, self.timing, self.docker
+        hub = gevent.get_hub()
+        state_path = self.state_path or DB_PATH
+        known_before = previous_functions(state_path)
+        self.state = StateWriter(StateDatabase(state_path), metrics, interval=timing.stats_interval)
+        self.state_loop = gevent.spawn(self.state.loop)
+        builder = ImageBuilder(
+            docker,
+            on_build_failure=lambda name: metrics.build_failures.labels(name).inc(),
+            on_build_seconds=lambda name, seconds: metrics.build_duration.labels(name).observe(seconds))
+        active_images = ActiveImages(self.catalog)
+        self.reconciler = Reconciler(
+            self.functions_dir, builder, self.catalog,
+            retire=lambda tag: retire_image(docker, tag, self.leases, active_images),
+            on_change=self.state.functions_changed,
+            offload=lambda function, *args: hub.threadpool.apply(function, args),
+            rescan_interval=timing.rescan_interval)
+        self.debouncer = Debouncer(self.reconciler.request, delay=timing.debounce)
+        self.watcher = Watcher(self.functions_dir, self.debouncer.touch, interval=timing.watch_interval)
+        self._spawn_services([self.watcher])
+
+        found = self.reconciler.load_all()
+        log.info("Loaded functions", extra={"ready": len(self.catalog.snapshot()), "found": found})
+        # Old versions of what is loaded now, and images of functions removed while Relay was down.
+        collect_garbage(docker, active_images, self.leases,
+                        functions={*active_images, *self.reconciler.records, *known_before})
+        self._spawn_services([self.reconciler])
+
     def _start_services(self):
         """The side loops: each has loop() and stop()."""
         from relay.stream.backlog import Backlog
         from relay.stream.retention import Retention
 
         config = self.config
-        self.services.append(Backlog(self.redis, config.stream, config.group, self.metrics,
-                                     interval=self.timing.backlog_interval))
+        services = [Backlog(self.redis, config.stream, config.group, self.metrics,
+                            interval=self.timing.backlog_interval)]
         if config.retention:
-            self.services.append(Retention(self.redis, config.stream, config.retention))
-        self.loops += [gevent.spawn(service.loop) for service in self.services]
+            services.append(Retention(self.redis, config.stream, config.retention))
+        self._spawn_services(services)
+
+    def _spawn_services(self, services):
+        self.services += services
+        self.loops += [gevent.spawn(service.loop) for service in services]
 
     def _function_count(self):
-        return len(self.catalog.snapshot())
+        return len(self.catalog.snapshot()) if self.catalog else 0
 
     # --- stop -------------------------------------------------------------------
 
@@ -183,12 +225,15 @@ class Supervisor:
             gevent.signal_handler(signum, self.request_stop)
 
     def _shutdown(self):
-        """Stop taking work, let running invocations finish within their timeouts, then stop."""
-        if self.consumer is None:
-            return
-        self.consumer.stop()
+        """Stop taking work (events and reconciles), let running invocations finish within
+        their timeouts, write the state one last time (bounded), then stop."""
         for service in self.services:
             service.stop()
+        if self.consumer is None:
+            self._final_flush()
+            return
+        self.consumer.stop()
+        self.debouncer.cancel()
         deadline = self._drain_deadline()
         if not self.consumer.drain(deadline):
             log.warning("Invocations still running at the drain deadline; their entries stay pending",
@@ -196,6 +241,13 @@ class Supervisor:
             self.consumer.dispatches.kill(timeout=10)
         gevent.joinall(self.loops, timeout=5)
         gevent.killall([loop for loop in self.loops if not loop.dead], timeout=5)
+        self._final_flush()
+
+    def _final_flush(self):
+        if self.state is not None:
+            self.state.stop()
+            self.state_loop.join(timeout=5)
+            self.state.final_flush()
 
     def _drain_deadline(self):
         timeouts = [rule.timeout for active in self.catalog.snapshot() for rule in active.function.template.rules]

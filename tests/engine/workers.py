@@ -60,8 +60,12 @@ def engine_env(redis_server, **overrides):
     return env
 
 
-def harness_command(functions_dir, consumer, reclaim=1.0, idle=2.0):
-    return [sys.executable, str(HARNESS), str(functions_dir), consumer, str(reclaim), str(idle)]
+def harness_command(functions_dir, consumer, reclaim=1.0, idle=2.0, state_db=None, **timing):
+    """The harness; its state database defaults to relay-state/db.sqlite3 next to *functions_dir*,
+    never the host's /var/lib/relay. *timing* sets other Timing fields (seconds)."""
+    state_db = state_db or Path(functions_dir).parent / "relay-state" / "db.sqlite3"
+    options = [f"state_db={state_db}", *(f"{name}={value}" for name, value in timing.items())]
+    return [sys.executable, str(HARNESS), str(functions_dir), consumer, str(reclaim), str(idle), *options]
 
 
 def namespaced_relay_command(functions_dir, state_dir, hostname):

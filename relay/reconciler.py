@@ -1,0 +1,300 @@
+"""The reconciler: what is in /functions becomes what Relay serves, one function at a time.
+
+``reconcile(name)`` looks at /functions/<name> and does exactly one of:
+
+    directory gone        stop matching it; its image is retired after its last invocation
+    invalid name          logged once, skipped
+    no template.yaml      "not ready": an active version keeps serving, nothing else happens
+    same fingerprint      nothing, and nothing is recorded
+    changed or new        load and validate, build, then swap it into the catalog
+
+A failure (invalid template, failed build) leaves the active version, if
+any, serving and is recorded as the last reconcile; a failed build is tried
+again on the next change or periodic pass, the same invalid content only
+when it changes. A new function starts matching once its image is built.
+The catalog swaps its snapshot atomically, so a dispatch that is running
+keeps the version it started with.
+
+Requests come from the startup load (every directory, waited for), the
+watcher (debounced) and the 30 s rescan. A request for a function that is
+being reconciled coalesces into one more pass after the current one; a few
+different functions build at once.
+"""
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from gevent.event import Event
+from gevent.pool import Pool
+
+from relay.catalog import ActiveFunction
+from relay.durations import format_duration
+from relay.errors import BuildError, TemplateError
+from relay.functions import MissingTemplate, fingerprint_directory, function_name_problem, load_function
+from relay.functions.function import TEMPLATE_FILE
+from relay.loading import function_names
+from relay.state import EVENT, FAILED, PENDING, READY, SCHEDULE, SUCCESS, FunctionRecord, HandlerRecord, now
+
+log = logging.getLogger("relay.reconciler")
+
+RESCAN_INTERVAL = 30.0  # seconds between periodic passes; fixed, shorter only in tests
+PARALLEL = 2            # functions reconciled (built) at once
+
+
+@dataclass(frozen=True)
+class _Failure:
+    fingerprint: str
+    retry: bool  # a failed build may succeed on its own; the same invalid template never does
+
+
+class Reconciler:
+    def __init__(self, functions_dir, builder, catalog, *, retire=None, on_change=None, offload=None,
+                 rescan_interval=RESCAN_INTERVAL, parallel=PARALLEL, clock=now):
+        """*retire(tag)* disposes of an image that stopped being active; *on_change(records)*
+        receives every FunctionRecord whenever one changes; *offload(function, *args)* runs
+        a blocking call (hashing a directory) away from the hub."""
+        self.root = Path(functions_dir)
+        self.builder = builder
+        self.catalog = catalog
+        self.retire = retire or (lambda tag: None)
+        self.on_change = on_change or (lambda records: None)
+        self.offload = offload or (lambda function, *args: function(*args))
+        self.rescan_interval = rescan_interval
+        self.clock = clock
+        self.records = {}      # name -> FunctionRecord: the state view
+        self.stopping = Event()
+        self._failures = {}    # name -> _Failure of the last attempt
+        self._noted = {}       # name -> the condition last logged for it (invalid, not ready)
+        self._running = set()
+        self._again = set()
+        self._pool = Pool(parallel)
+
+    # --- driving ------------------------------------------------------------------
+
+    def load_all(self):
+        """The startup load: reconcile every directory of /functions, wait for all; return their number."""
+        if not self.root.is_dir():
+            log.warning("Functions directory does not exist; waiting for it", extra={"path": str(self.root)})
+        names = function_names(self.root)
+        for name in names:
+            self.request(name)
+        self._pool.join()
+        self._publish()  # even an empty view: rows left from an earlier run must go
+        return len(names)
+
+    def loop(self):
+        """The periodic pass, a backstop for changes the watcher missed."""
+        while not self.stopping.wait(self.rescan_interval):
+            try:
+                self.rescan()
+            except Exception:
+                log.exception("Periodic rescan of the functions failed")
+
+    def rescan(self):
+        names = set(function_names(self.root)) | set(self.records) | {active.name for active in self.catalog.snapshot()}
+        for name in sorted(names):
+            self.request(name)
+
+    def stop(self):
+        """Take no more requests and abandon reconciles in progress (a swap is one step: none is half done)."""
+        self.stopping.set()
+        self._pool.kill(block=False)
+
+    def request(self, name):
+        """Reconcile *name* soon; waits only for a free slot."""
+        if self.stopping.is_set():
+            return
+        if name in self._running:
+            self._again.add(name)
+            return
+        self._running.add(name)
+        try:
+            self._pool.spawn(self._run, name)
+        except BaseException:
+            self._running.discard(name)
+            raise
+
+    def _run(self, name):
+        try:
+            while not self.stopping.is_set():
+                self._again.discard(name)
+                try:
+                    self.reconcile(name)
+                except Exception:
+                    log.exception("Reconcile failed unexpectedly; retried on the next pass", extra={"function": name})
+                if name not in self._again:
+                    return
+        finally:
+            self._running.discard(name)
+
+    # --- one function ---------------------------------------------------------------
+
+    def reconcile(self, name):
+        directory = self.root / name
+        if not directory.is_dir():
+            self._remove(name)
+            return
+        problem = function_name_problem(name)
+        if problem:
+            self._note(name, "invalid", logging.ERROR, "Invalid function name; directory skipped",
+                       path=str(directory), error=problem)
+            return
+        active = self.active(name)
+        if not (directory / TEMPLATE_FILE).is_file():
+            if active is not None:
+                self._note(name, "not ready", logging.INFO,
+                           "Function directory has no template.yaml; the active version keeps serving", function=name)
+            else:
+                self._note(name, "not ready", logging.DEBUG, "Directory has no template.yaml; ignored",
+                           path=str(directory))
+            return
+        try:
+            fingerprint = self.offload(fingerprint_directory, directory)
+        except FileNotFoundError:
+            return  # removed while being read: its removal is the next change
+        except OSError as error:
+            self._note(name, "unreadable", logging.WARNING, "Function directory cannot be read; skipped",
+                       function=name, error=str(error))
+            return
+        self._noted.pop(name, None)
+        failure = self._failures.get(name)
+        if active is not None and active.function.fingerprint == fingerprint:
+            if failure is not None:
+                self._back_to_active(name)
+            return
+        if failure is not None and failure.fingerprint == fingerprint and not failure.retry:
+            return
+        self._update(name, directory, fingerprint, active)
+
+    def _update(self, name, directory, fingerprint, active):
+        try:
+            function = load_function(directory)
+        except MissingTemplate:
+            return  # removed since the check; the next change brings it back
+        except TemplateError as error:
+            log.error("Invalid function; skipped" if active is None
+                      else "Invalid function; the previous version keeps serving",
+                      extra={"function": name, "path": str(directory), "error": str(error)})
+            self._fail(name, fingerprint, str(error), retry=False)
+            return
+        if name not in self.records:
+            self._set(describe(function, status=PENDING, updated_at=self.clock()))
+        try:
+            image = self.builder.prepare(function)
+        except Exception as error:
+            if not isinstance(error, BuildError):
+                log.exception("Preparing the function's image failed unexpectedly", extra={"function": name})
+            log.error("Function is pending: its image could not be built" if active is None
+                      else "Function rebuild failed; the previous version keeps serving",
+                      extra={"function": name, "image": function.image})
+            self._fail(name, function.fingerprint, str(error) or type(error).__name__, retry=True,
+                       loaded=None if active else function)
+            return
+        self._activate(function, image, active)
+
+    def _activate(self, function, image, previous):
+        self.catalog.put(ActiveFunction(function=function, image=image))
+        self._failures.pop(function.name, None)
+        moment = self.clock()
+        self._set(describe(function, status=READY, image=image, prepared_at=moment, last_reconcile_at=moment,
+                           last_reconcile_status=SUCCESS, updated_at=moment))
+        attrs = {"function": function.name, "image": image, "handlers": len(function.template.rules),
+                 "schedules": len(function.template.schedules)}
+        if previous is None:
+            log.info("Function ready", extra=attrs)
+        else:
+            log.info("Function updated", extra={**attrs, "previous": previous.image})
+            if previous.image != image:
+                self.retire(previous.image)
+
+    def _fail(self, name, fingerprint, error, *, retry, loaded=None):
+        """Record a failed attempt; *loaded* (a function never built) replaces the pending row's details."""
+        self._failures[name] = _Failure(fingerprint, retry)
+        moment = self.clock()
+        record = describe(loaded, status=PENDING, updated_at=moment) if loaded else self.records.get(name)
+        if record is not None:
+            self._set(replace(record, last_reconcile_at=moment, last_reconcile_status=FAILED, last_error=error,
+                              updated_at=moment))
+
+    def _back_to_active(self, name):
+        """The directory was reverted to the version that is serving: the failure is over."""
+        self._failures.pop(name, None)
+        record = self.records.get(name)
+        if record is not None and record.last_reconcile_status == FAILED:
+            moment = self.clock()
+            self._set(replace(record, last_reconcile_at=moment, last_reconcile_status=SUCCESS, last_error=None,
+                              updated_at=moment))
+            log.info("Function is back to its active version", extra={"function": name, "image": record.image})
+
+    def _remove(self, name):
+        active = self.active(name)
+        self._failures.pop(name, None)
+        self._noted.pop(name, None)
+        known = self.records.pop(name, None) is not None
+        if active is None and not known:
+            return
+        if active is not None:
+            self.catalog.remove(name)
+        self._publish()
+        log.info("Function removed", extra={"function": name})
+        if active is not None:
+            self.retire(active.image)
+
+    # --- helpers --------------------------------------------------------------------
+
+    def active(self, name):
+        """The ActiveFunction serving *name*, or None."""
+        for active in self.catalog.snapshot():
+            if active.name == name:
+                return active
+        return None
+
+    def _set(self, record):
+        self.records[record.name] = record
+        self._publish()
+
+    def _publish(self):
+        self.on_change([self.records[name] for name in sorted(self.records)])
+
+    def _note(self, name, condition, level, message, **attrs):
+        """Log a lasting condition once, not at every pass."""
+        if self._noted.get(name) != condition:
+            self._noted[name] = condition
+            log.log(level, message, extra=attrs)
+
+
+class ActiveImages(Mapping):
+    """function name -> active image tag, read live from the catalog: the images GC must keep."""
+
+    def __init__(self, catalog):
+        self.catalog = catalog
+
+    def __getitem__(self, name):
+        for active in self.catalog.snapshot():
+            if active.name == name:
+                return active.image
+        raise KeyError(name)
+
+    def __iter__(self):
+        return iter([active.name for active in self.catalog.snapshot()])
+
+    def __len__(self):
+        return len(self.catalog.snapshot())
+
+
+def describe(function, *, status, updated_at, image=None, prepared_at=None, last_reconcile_at=None,
+             last_reconcile_status=None):
+    """The state row of a loaded function."""
+    template = function.template
+    handlers = tuple(HandlerRecord(handler=rule.handler, timeout=format_duration(rule.timeout), kind=EVENT)
+                     for rule in template.rules)
+    handlers += tuple(HandlerRecord(handler=schedule.handler, timeout=format_duration(schedule.timeout),
+                                    kind=SCHEDULE, cron=schedule.cron, timezone=schedule.timezone)
+                      for schedule in template.schedules)
+    return FunctionRecord(
+        name=function.name, runtime=template.runtime, status=status, updated_at=updated_at, image=image,
+        fingerprint=function.fingerprint if status == READY else None, prepared_at=prepared_at,
+        last_reconcile_at=last_reconcile_at, last_reconcile_status=last_reconcile_status,
+        env=dict(template.env), secrets=dict(template.secrets), handlers=handlers)

@@ -1,0 +1,326 @@
+"""The reconciler over real directories, with a stand-in image builder (no Docker)."""
+
+import logging
+import shutil
+from datetime import datetime, timedelta, timezone
+
+import gevent
+import pytest
+from gevent.event import Event
+
+from relay.catalog import Catalog
+from relay.errors import BuildError
+from relay.reconciler import ActiveImages, Reconciler
+from relay.state import FAILED, PENDING, READY, SUCCESS
+
+TEMPLATE = """
+runtime: python3.14
+events:
+  - handler: app.handler
+    pattern: {kind: [a]}
+  - handler: app.other
+    pattern: {kind: [b]}
+    timeout: 20s
+"""
+
+
+class Builder:
+    """ImageBuilder.prepare: the function's tag, or BuildError for the names in ``failing``."""
+
+    def __init__(self):
+        self.built = []
+        self.failing = set()
+        self.gate = None  # an Event every build waits for, when set
+
+    def prepare(self, function):
+        if self.gate is not None:
+            self.gate.wait()
+        self.built.append(function.name)
+        if function.name in self.failing:
+            raise BuildError(f'building image {function.image} for function "{function.name}" failed: boom\n'
+                             f"last build output:\n  ERROR: boom")
+        return function.image
+
+
+class Clock:
+    def __init__(self):
+        self.moment = datetime(2026, 9, 8, 12, 0, 0, tzinfo=timezone.utc)
+
+    def __call__(self):
+        self.moment += timedelta(seconds=1)
+        return self.moment
+
+
+def write(root, name, template=TEMPLATE, source="def handler(event):\n    print('v1')\n", **files):
+    directory = root / name
+    directory.mkdir(parents=True, exist_ok=True)
+    if template is not None:
+        (directory / "template.yaml").write_text(template)
+    (directory / "app.py").write_text(source)
+    for relative, text in files.items():
+        path = directory / relative.replace("__", "/")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    return directory
+
+
+@pytest.fixture
+def root(tmp_path):
+    directory = tmp_path / "functions"
+    directory.mkdir()
+    return directory
+
+
+@pytest.fixture
+def world(root):
+    """A reconciler wired like the supervisor does, with its collaborators exposed."""
+
+    class World:
+        builder = Builder()
+        catalog = Catalog()
+        retired = []
+        views = []
+        clock = Clock()
+        reconciler = Reconciler(root, builder, catalog, retire=retired.append, on_change=views.append, clock=clock)
+
+        def names(self):
+            return [active.name for active in self.catalog.snapshot()]
+
+        def image(self, name):
+            return dict(ActiveImages(self.catalog)).get(name)
+
+    return World()
+
+
+def test_startup_load_serves_valid_functions_and_skips_the_rest(root, world, caplog):
+    write(root, "good")
+    write(root, "unbuildable")
+    write(root, "broken", template="runtime: python3.14\nevents: []\n")
+    write(root, "Bad Name")
+    write(root, "no-template", template=None)
+    (root / "a-file").write_text("not a function")
+    world.builder.failing.add("unbuildable")
+    with caplog.at_level(logging.DEBUG, logger="relay.reconciler"):
+        assert world.reconciler.load_all() == 5
+    assert world.names() == ["good"]
+    records = world.reconciler.records
+    assert sorted(records) == ["good", "unbuildable"]
+    assert (records["good"].status, records["good"].last_reconcile_status) == (READY, SUCCESS)
+    pending = records["unbuildable"]
+    assert (pending.status, pending.last_reconcile_status, pending.image, pending.fingerprint) == (
+        PENDING, FAILED, None, None)
+    assert "boom" in pending.last_error and pending.runtime == "python3.14" and len(pending.handlers) == 2
+    messages = {record.getMessage(): record for record in caplog.records}
+    assert "Invalid function name; directory skipped" in messages
+    assert "Invalid function; skipped" in messages and "events" in messages["Invalid function; skipped"].error
+    assert "Function is pending: its image could not be built" in messages
+    assert "Directory has no template.yaml; ignored" in messages
+
+
+def test_an_unchanged_function_is_left_alone_and_nothing_is_recorded(root, world):
+    write(root, "good")
+    world.reconciler.load_all()
+    before, views = world.reconciler.records["good"], len(world.views)
+    world.reconciler.rescan()
+    world.reconciler._pool.join()
+    assert world.builder.built == ["good"]
+    assert world.reconciler.records["good"] is before and len(world.views) == views
+
+
+def test_a_change_builds_and_swaps_and_retires_the_old_image(root, world):
+    write(root, "good")
+    world.reconciler.load_all()
+    old_snapshot = world.catalog.snapshot()
+    old = world.image("good")
+    write(root, "good", source="def handler(event):\n    print('v2')\n")
+    world.reconciler.reconcile("good")
+    new = world.image("good")
+    assert new != old and new.startswith("relay-fn-good:")
+    assert old_snapshot[0].image == old, "a snapshot taken before the swap never changes"
+    assert world.retired == [old]
+    record = world.reconciler.records["good"]
+    assert (record.status, record.image, record.last_reconcile_status) == (READY, new, SUCCESS)
+    assert record.fingerprint == world.catalog.snapshot()[0].function.fingerprint and len(record.fingerprint) == 64
+
+
+def test_nested_files_count(root, world):
+    write(root, "good", pkg__inner__jobs="X = 1\n")
+    world.reconciler.load_all()
+    old = world.image("good")
+    (root / "good" / "pkg" / "inner" / "jobs.py").write_text("X = 2\n")
+    world.reconciler.reconcile("good")
+    assert world.image("good") != old
+
+
+def test_a_failed_rebuild_keeps_the_previous_version_and_is_retried(root, world):
+    write(root, "good")
+    world.reconciler.load_all()
+    serving = world.image("good")
+    write(root, "good", source="def handler(event):\n    print('v2')\n")
+    world.builder.failing.add("good")
+    world.reconciler.reconcile("good")
+    assert world.image("good") == serving
+    record = world.reconciler.records["good"]
+    assert (record.status, record.image, record.last_reconcile_status) == (READY, serving, FAILED)
+    assert "boom" in record.last_error
+
+    world.reconciler.reconcile("good")           # the periodic pass tries a failed build again
+    assert world.builder.built.count("good") == 3 and world.image("good") == serving
+    world.builder.failing.clear()
+    world.reconciler.reconcile("good")
+    assert world.image("good") != serving and world.retired == [serving]
+    record = world.reconciler.records["good"]
+    assert (record.last_reconcile_status, record.last_error) == (SUCCESS, None)
+
+
+def test_an_invalid_edit_keeps_the_previous_version_and_is_not_retried_until_it_changes(root, world, caplog):
+    write(root, "good")
+    world.reconciler.load_all()
+    serving = world.image("good")
+    (root / "good" / "template.yaml").write_text("runtime: python9\nevents: []\n")
+    caplog.clear()
+    with caplog.at_level(logging.ERROR, logger="relay.reconciler"):
+        world.reconciler.reconcile("good")
+        world.reconciler.reconcile("good")
+    assert [record.getMessage() for record in caplog.records] == [
+        "Invalid function; the previous version keeps serving"]
+    record = world.reconciler.records["good"]
+    assert (record.status, record.image, record.last_reconcile_status) == (READY, serving, FAILED)
+    assert "python9" in record.last_error and record.runtime == "python3.14" and len(record.handlers) == 2
+    assert world.builder.built == ["good"] and world.image("good") == serving
+
+
+def test_reverting_to_the_serving_version_clears_the_failure_without_a_build(root, world):
+    write(root, "good")
+    world.reconciler.load_all()
+    original = (root / "good" / "template.yaml").read_text()
+    (root / "good" / "template.yaml").write_text("runtime: python9\n")
+    world.reconciler.reconcile("good")
+    (root / "good" / "template.yaml").write_text(original)
+    world.reconciler.reconcile("good")
+    record = world.reconciler.records["good"]
+    assert (record.last_reconcile_status, record.last_error) == (SUCCESS, None)
+    assert world.builder.built == ["good"]
+
+
+def test_a_missing_template_keeps_the_active_version(root, world, caplog):
+    write(root, "good")
+    world.reconciler.load_all()
+    serving = world.image("good")
+    (root / "good" / "template.yaml").unlink()
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="relay.reconciler"):
+        world.reconciler.reconcile("good")
+        world.reconciler.reconcile("good")
+    assert world.image("good") == serving and world.reconciler.records["good"].status == READY
+    assert [record.getMessage() for record in caplog.records] == [
+        "Function directory has no template.yaml; the active version keeps serving"]
+
+
+def test_removal_stops_matching_and_retires_the_image(root, world):
+    write(root, "good")
+    write(root, "other")
+    world.reconciler.load_all()
+    serving = world.image("good")
+    in_flight = world.catalog.snapshot()
+    shutil.rmtree(root / "good")
+    world.reconciler.reconcile("good")
+    assert world.names() == ["other"] and "good" not in world.reconciler.records
+    assert world.retired == [serving]
+    assert [active.name for active in in_flight] == ["good", "other"], "a running dispatch keeps its snapshot"
+    assert [record.name for record in world.views[-1]] == ["other"]
+
+
+def test_removing_a_pending_function_drops_its_row(root, world):
+    write(root, "flaky")
+    world.builder.failing.add("flaky")
+    world.reconciler.load_all()
+    shutil.rmtree(root / "flaky")
+    world.reconciler.reconcile("flaky")
+    assert world.reconciler.records == {} and world.retired == []
+
+
+def test_a_new_function_is_pending_while_it_builds_then_ready(root, world):
+    world.reconciler.load_all()
+    write(root, "fresh")
+    world.builder.gate = Event()
+    running = gevent.spawn(world.reconciler.reconcile, "fresh")
+    gevent.sleep(0.05)
+    assert world.names() == [] and world.reconciler.records["fresh"].status == PENDING
+    assert world.reconciler.records["fresh"].last_reconcile_status is None
+    world.builder.gate.set()
+    running.get(timeout=5)
+    assert world.names() == ["fresh"] and world.reconciler.records["fresh"].status == READY
+
+
+def test_a_pending_function_becomes_ready_on_a_later_pass(root, world):
+    write(root, "flaky")
+    world.builder.failing.add("flaky")
+    world.reconciler.load_all()
+    world.builder.failing.clear()
+    world.reconciler.rescan()
+    world.reconciler._pool.join()
+    record = world.reconciler.records["flaky"]
+    assert (record.status, record.last_reconcile_status, record.last_error) == (READY, SUCCESS, None)
+    assert record.prepared_at is not None
+
+
+def test_requests_during_a_reconcile_coalesce_into_one_more_pass(root, world):
+    write(root, "good")
+    world.builder.gate = Event()
+    world.reconciler.request("good")
+    gevent.sleep(0.05)
+    write(root, "good", source="def handler(event):\n    print('v2')\n")
+    for _ in range(5):
+        world.reconciler.request("good")
+    world.builder.gate.set()
+    world.reconciler._pool.join(timeout=5)
+    assert world.builder.built == ["good", "good"]
+    assert world.catalog.snapshot()[0].function.fingerprint == world.reconciler.records["good"].fingerprint
+
+
+def test_an_unexpected_error_is_a_failed_reconcile_not_a_crash(root, world, caplog):
+    class Exploding(Builder):
+        def prepare(self, function):
+            raise OSError("disk full")
+
+    reconciler = Reconciler(root, Exploding(), world.catalog, clock=world.clock)
+    write(root, "good")
+    with caplog.at_level(logging.ERROR, logger="relay.reconciler"):
+        assert reconciler.load_all() == 1
+    assert reconciler.records["good"].last_error == "disk full"
+    assert "Preparing the function's image failed unexpectedly" in caplog.text
+
+
+def test_the_state_row_holds_references_never_values(root, world):
+    write(root, "configured", template=TEMPLATE + """
+schedules:
+  - handler: jobs.report
+    cron: "0 8 * * 1-5"
+    timezone: Europe/Rome
+    timeout: 20s
+env:
+  API_URL: https://api.example.com
+secrets:
+  DATABASE_URL: database-url
+""")
+    world.reconciler.load_all()
+    record = world.reconciler.records["configured"]
+    assert record.env == {"API_URL": "https://api.example.com"}
+    assert record.secrets == {"DATABASE_URL": "database-url"}
+    assert [(item.kind, item.handler, item.timeout, item.cron, item.timezone) for item in record.handlers] == [
+        ("event", "app.handler", "6s", None, None), ("event", "app.other", "20s", None, None),
+        ("schedule", "jobs.report", "20s", "0 8 * * 1-5", "Europe/Rome")]
+
+
+def test_a_stopped_reconciler_takes_no_requests(root, world):
+    write(root, "good")
+    world.reconciler.stop()
+    world.reconciler.request("good")
+    world.reconciler._pool.join()
+    assert world.builder.built == []
+
+
+def test_the_startup_load_publishes_its_view_even_when_empty(world):
+    world.reconciler.load_all()
+    assert world.views == [[]]
