@@ -2,7 +2,8 @@
 
     config → logging → Redis and Docker reachable (fail fast) → orphan sweep
     → state writer, watcher → load and build /functions (the reconciler)
-    → image GC → consumer group → spawn the loops
+    → image GC → consumer group → spawn the loops (consumer, reclaimer,
+      reconciler, watcher, state writer, backlog, scheduler, retention, metrics)
     → run until SIGTERM/SIGINT → stop taking work → drain (deadline)
     → final bounded state flush → stop
 
@@ -195,14 +196,19 @@ class Supervisor:
 
     def _start_services(self):
         """The side loops: each has loop() and stop()."""
+        from relay.metrics_server import MetricsServer
+        from relay.schedules import Publisher, Scheduler
         from relay.stream.backlog import Backlog
         from relay.stream.retention import Retention
 
         config = self.config
         services = [Backlog(self.redis, config.stream, config.group, self.metrics,
-                            interval=self.timing.backlog_interval)]
+                            interval=self.timing.backlog_interval),
+                    Scheduler(self.catalog, Publisher(self.redis, config.stream, self.metrics))]
         if config.retention:
             services.append(Retention(self.redis, config.stream, config.retention))
+        if config.metrics_addr:
+            services.append(MetricsServer(config.metrics_addr, self.metrics.registry))
         self._spawn_services(services)
 
     def _spawn_services(self, services):
@@ -250,7 +256,8 @@ class Supervisor:
             self.state.final_flush()
 
     def _drain_deadline(self):
-        timeouts = [rule.timeout for active in self.catalog.snapshot() for rule in active.function.template.rules]
+        timeouts = [entry.timeout for active in self.catalog.snapshot()
+                    for entry in (*active.function.template.rules, *active.function.template.schedules)]
         longest = max(timeouts, default=0) or MAX_TIMEOUT
         return longest / 1e9 + DRAIN_MARGIN
 

@@ -1,0 +1,99 @@
+"""Scrape a running Relay: every metric's name, type and labels, and counters that agree."""
+
+import json
+import time
+import urllib.request
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.conftest import free_port
+from tests.engine.workers import Worker, engine_env, harness_command, write_function
+
+COUNTERS = {
+    "events_received": (), "events_processed": (), "handler_success": (), "handler_failure": (), "retries": (),
+    "dlq_entries": (), "handler_invocations": ("outcome", "function", "handler"), "build_failures": ("function",),
+    "function_events": ("function",), "function_handler_success": ("function",),
+    "function_handler_failure": ("function",), "function_retries": ("function",),
+    "function_dlq_entries": ("function",), "concurrency_waits": (), "schedule_occurrences_published": (),
+    "schedule_occurrences_duplicate": (), "schedule_publish_failures": (),
+}
+HISTOGRAMS = {"handler_duration_seconds": ("function", "handler"), "function_build_seconds": ("function",)}
+GAUGES = {"pending_entries": (), "pending_oldest_age_seconds": (), "buffered_events": (), "in_flight_invocations": ()}
+ALLOWED_LABELS = {"function", "handler", "outcome", "le"}
+
+
+def scrape(port):
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
+        return {family.name: family for family in text_string_to_metric_families(response.read().decode())}
+
+
+def sample(families, name, suffix="_total", **labels):
+    family = families[name]
+    values = [s.value for s in family.samples if s.name == name + suffix and s.labels == labels]
+    return values[0] if values else 0.0
+
+
+def test_every_metric_after_success_failure_retry_dlq_and_build_failure(redis_server, redis_client, docker_engine,
+                                                                       tmp_path):
+    functions = tmp_path / "functions"
+    write_function(functions, "mixed", """
+runtime: python3.14
+events:
+  - handler: app.ok
+    pattern: {kind: [ok]}
+  - handler: app.flaky
+    pattern: {kind: [flaky]}
+    retries: 1
+  - handler: app.fail
+    pattern: {kind: [doomed]}
+    retries: 0
+""", {"app.py": "import sys\n\ndef ok(event):\n    pass\n\ndef fail(event):\n    sys.exit(2)\n\n"
+                "def flaky(event):\n    sys.exit(1)\n"})
+    write_function(functions, "broken", "runtime: python3.14\nevents:\n  - handler: app.h\n    pattern: {a: [1]}\n",
+                   {"requirements.txt": "this is not a requirement spec ===\n"})
+    port = free_port()
+    worker = Worker(harness_command(functions, "worker-1", reclaim=1, idle=1),
+                    engine_env(redis_server, METRICS_ADDR=f"127.0.0.1:{port}"), tmp_path, "worker")
+    try:
+        worker.wait_for('msg="Metrics http server listening"')
+        worker.wait_for('msg="Relay started"')
+        for kind in ("ok", "flaky", "doomed"):
+            redis_client.xadd("events", {"event": json.dumps({"kind": kind})})
+        redis_client.xadd("events", {"event": json.dumps({"kind": "nothing"})})
+        worker.wait_for('msg="Entry dead-lettered"', count=2, timeout=150)   # doomed at once, flaky after its retry
+        time.sleep(1.5)
+        families = scrape(port)
+    finally:
+        worker.stop()
+
+    for name, labels in COUNTERS.items():
+        assert families[name].type == "counter", name
+    for name in HISTOGRAMS:
+        assert families[name].type == "histogram", name
+    for name in GAUGES:
+        assert families[name].type == "gauge", name
+    for family in families.values():
+        for item in family.samples:
+            assert set(item.labels) <= ALLOWED_LABELS, item
+            assert not item.name.endswith("_created"), item.name
+    expected_labels = {**COUNTERS, **HISTOGRAMS}
+    for name, labels in expected_labels.items():
+        for item in families[name].samples:
+            assert set(item.labels) - {"le"} == set(labels), item
+
+    assert sample(families, "events_received") >= 4
+    assert sample(families, "events_processed") == 2                      # ok and nothing
+    assert sample(families, "handler_success") == 1
+    assert sample(families, "handler_failure") == 3                       # flaky twice, doomed once
+    assert sample(families, "retries") == 1
+    assert sample(families, "dlq_entries") == 2
+    assert sample(families, "handler_invocations", outcome="success", function="mixed", handler="app.ok") == 1
+    assert sample(families, "handler_invocations", outcome="failure", function="mixed", handler="app.flaky") == 2
+    assert sample(families, "function_handler_failure", function="mixed") == 3
+    assert sample(families, "function_retries", function="mixed") == 1
+    assert sample(families, "function_dlq_entries", function="mixed") == 2
+    assert sample(families, "function_events", function="mixed") >= 3
+    assert sample(families, "build_failures", function="broken") >= 1    # retried on every periodic pass
+    assert sample(families, "handler_duration_seconds", "_count", function="mixed", handler="app.ok") == 1
+    assert sample(families, "pending_entries", "") == 0
