@@ -333,3 +333,17 @@ def test_backlog_gauges_from_xpending(engine):
     engine.client.xreadgroup(GROUP, CONSUMER, {STREAM: ">"})
     assert backlog.sample() == (2, 100.0)
     assert value(engine.metrics.pending_entries) == 2 and value(engine.metrics.pending_oldest_age) == 100.0
+
+
+def test_images_are_leased_for_the_whole_dispatch(redis_client):
+    from relay.runtime.leases import ImageLeases
+
+    engine = Engine(redis_client, [ORDERS, AUDIT])
+    engine.dispatcher.leases = leases = ImageLeases()
+    seen = []
+    run = engine.executor.run
+    engine.executor.run = lambda invocation: (seen.append(sorted(leases.leased())), run(invocation))[1]
+    engine.publish({"kind": "order"})
+    engine.read()
+    assert seen == [sorted({AUDIT.image, ORDERS.image})] * 3
+    assert not leases.leased()

@@ -11,6 +11,7 @@ pending for the reclaimer.
 
 import logging
 import time
+from contextlib import ExitStack
 from dataclasses import dataclass
 
 from relay.durations import format_duration
@@ -42,7 +43,18 @@ class Dispatcher:
         self.slot_wait = slot_wait
 
     def dispatch(self, plan):
-        """Run *plan*'s targets and settle the entry; never raises for handler failures."""
+        """Run *plan*'s targets and settle the entry; never raises for handler failures.
+
+        The images of every target are leased for the whole dispatch, so a
+        reconcile that swaps a function meanwhile cannot remove the version
+        this entry matched, even while it waits for a concurrency slot.
+        """
+        with ExitStack() as leases:
+            for image in dict.fromkeys(target.active.image for target in plan.targets):
+                leases.enter_context(self.leases.lease(image))
+            self._dispatch(plan)
+
+    def _dispatch(self, plan):
         stored = self.store.load(plan.message_id)
         statuses = {}
         for index, target in enumerate(plan.targets):
@@ -103,8 +115,7 @@ class Dispatcher:
                 function=active.name, handler=target.rule.handler, image=active.image,
                 payload=plan.payload.encode(), timeout=target.rule.timeout, env=env,
                 message_id=plan.message_id, event_id=plan.event_id, event_name=plan.event_name)
-            with self.leases.lease(active.image):
-                return self.executor.run(invocation)
+            return self.executor.run(invocation)
         finally:
             self.metrics.in_flight.dec()
 
