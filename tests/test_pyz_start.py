@@ -7,6 +7,7 @@ import sys
 import pytest
 
 from tests.conftest import base_env
+from tests.engine.workers import with_private_paths
 from tests.pyz_helpers import find_python
 from tests.test_start import GROUP, STREAM, RelayProcess
 
@@ -17,7 +18,8 @@ def test_start_from_the_pyz_cold_then_warm(pyz, redis_server, redis_client, dock
     env = base_env(REDIS_URI=redis_server.address, REDIS_STREAM=STREAM, REDIS_GROUP=GROUP,
                    RELAY_PYZ_CACHE=str(tmp_path / "cache"))
     for temperature in ("cold", "warm"):
-        relay = RelayProcess(env, [python, str(pyz), "start"])
+        relay = RelayProcess(env, with_private_paths([python, str(pyz), "start"], tmp_path / "functions",
+                                                     tmp_path / "state"))
         try:
             relay.wait_for('msg="Relay started"', timeout=120)
             assert relay.stop(signal.SIGTERM) == 0, (temperature, relay.stderr)

@@ -9,6 +9,7 @@ import time
 import pytest
 
 from tests.conftest import ROOT, base_env, free_port, relay_command
+from tests.engine.workers import with_private_paths
 
 STREAM, GROUP = "events", "relay"
 
@@ -17,9 +18,15 @@ def start_env(redis_server, **overrides):
     return base_env(**{"REDIS_URI": redis_server.address, "REDIS_STREAM": STREAM, "REDIS_GROUP": GROUP, **overrides})
 
 
+@pytest.fixture
+def isolate(tmp_path):
+    """Wrap a command so that Relay sees temporary directories at /functions and /var/lib/relay."""
+    return lambda command: with_private_paths(command, tmp_path / "functions", tmp_path / "state")
+
+
 class RelayProcess:
     def __init__(self, env, command=None):
-        self.process = subprocess.Popen(command or relay_command("start"), cwd=ROOT, env=env, text=True,
+        self.process = subprocess.Popen(command, cwd=ROOT, env=env, text=True,
                                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         self.lines = []
 
@@ -47,11 +54,11 @@ class RelayProcess:
 
 
 @pytest.fixture
-def relay_process():
+def relay_process(isolate):
     started = []
 
     def launch(env, command=None):
-        started.append(RelayProcess(env, command))
+        started.append(RelayProcess(env, isolate(command or relay_command("start"))))
         return started[-1]
 
     yield launch
@@ -110,9 +117,9 @@ def test_consumer_name_is_the_hostname(redis_server, redis_client, docker_engine
     assert relay.stop() == 0
 
 
-def test_a_key_of_the_wrong_type_fails_clearly(redis_server, redis_client, docker_engine):
+def test_a_key_of_the_wrong_type_fails_clearly(redis_server, redis_client, docker_engine, isolate):
     redis_client.set(STREAM, "not a stream")
-    result = subprocess.run(relay_command("start"), cwd=ROOT, env=start_env(redis_server), capture_output=True,
+    result = subprocess.run(isolate(relay_command("start")), cwd=ROOT, env=start_env(redis_server), capture_output=True,
                             text=True, timeout=60)
     assert result.returncode == 1
     assert f"cannot create consumer group '{GROUP}' on stream '{STREAM}': WRONGTYPE" in result.stderr
@@ -126,18 +133,18 @@ def test_a_key_of_the_wrong_type_fails_clearly(redis_server, redis_client, docke
     ({"METRICS_ADDR": "9090"}, "relay start: METRICS_ADDR='9090' is not a listen address; "
                                 "use [host]:port, e.g. :9090 or 127.0.0.1:9090, with a port from 1 to 65535\n"),
 ])
-def test_a_bad_value_stops_start_with_one_line(redis_server, variables, message):
-    result = subprocess.run(relay_command("start"), cwd=ROOT, env=start_env(redis_server, **variables),
+def test_a_bad_value_stops_start_with_one_line(redis_server, variables, message, isolate):
+    result = subprocess.run(isolate(relay_command("start")), cwd=ROOT, env=start_env(redis_server, **variables),
                             capture_output=True, text=True, timeout=60)
     assert result.returncode == 1
     assert result.stderr == message
 
 
-def test_unreachable_redis_fails_fast(docker_engine):
+def test_unreachable_redis_fails_fast(docker_engine, isolate):
     port = free_port()
     env = base_env(REDIS_URI=f"redis://user:topsecret@127.0.0.1:{port}", REDIS_STREAM=STREAM, REDIS_GROUP=GROUP)
     began = time.monotonic()
-    result = subprocess.run(relay_command("start"), cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+    result = subprocess.run(isolate(relay_command("start")), cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
     assert result.returncode == 1
     assert time.monotonic() - began < 20
     assert (f'level=ERROR msg="Relay cannot start" error="Redis at redis://user:***@127.0.0.1:{port}/0 '
@@ -145,9 +152,9 @@ def test_unreachable_redis_fails_fast(docker_engine):
     assert "topsecret" not in result.stderr
 
 
-def test_unreachable_docker_fails_fast(redis_server, redis_client, tmp_path):
+def test_unreachable_docker_fails_fast(redis_server, redis_client, tmp_path, isolate):
     env = start_env(redis_server, DOCKER_HOST=f"unix://{tmp_path}/nothing.sock")
-    result = subprocess.run(relay_command("start"), cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+    result = subprocess.run(isolate(relay_command("start")), cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
     assert result.returncode == 1
     assert f'error="Docker engine at unix://{tmp_path}/nothing.sock is unreachable: No such file or directory"' \
         in result.stderr

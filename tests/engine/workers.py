@@ -89,3 +89,15 @@ def write_function(root, name, template, files):
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
     return directory
+
+
+def with_private_paths(command, functions_dir, state_dir):
+    """*command* in a private mount namespace where /functions and /var/lib/relay
+    are *functions_dir* and *state_dir*; the hostname stays the machine's."""
+    for directory in (functions_dir, state_dir):
+        os.makedirs(directory, exist_ok=True)
+    for mount_point in ("/functions", "/var/lib/relay"):
+        os.makedirs(mount_point, exist_ok=True)
+    script = 'mount --bind "$1" /functions; mount --bind "$2" /var/lib/relay; shift 2; exec "$@"'
+    return [shutil.which("unshare"), "--mount", "--propagation", "private", "--", "sh", "-ec", script,
+            "relay-test", str(functions_dir), str(state_dir), *command]
