@@ -97,3 +97,30 @@ events:
     assert sample(families, "build_failures", function="broken") >= 1    # retried on every periodic pass
     assert sample(families, "handler_duration_seconds", "_count", function="mixed", handler="app.ok") == 1
     assert sample(families, "pending_entries", "") == 0
+
+
+def test_a_taken_port_never_stops_event_processing(redis_server, redis_client, docker_engine, tmp_path):
+    import socket
+
+    functions = tmp_path / "functions"
+    write_function(functions, "quick", "runtime: python3.14\nevents:\n  - handler: app.h\n    pattern: {a: [1]}\n",
+                   {"app.py": "def h(event):\n    print('handled', flush=True)\n"})
+    blocker = socket.socket()
+    blocker.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    blocker.bind(("127.0.0.1", 0))
+    blocker.listen()
+    port = blocker.getsockname()[1]
+    worker = Worker(harness_command(functions, "worker-1"), engine_env(redis_server, METRICS_ADDR=f"127.0.0.1:{port}"),
+                    tmp_path, "worker")
+    try:
+        worker.wait_for('msg="Relay started"')
+        worker.wait_for('msg="Metrics server cannot listen; retrying"')
+        redis_client.xadd("events", {"event": json.dumps({"a": 1})})
+        worker.wait_for("handled", where="stdout")
+        blocker.close()
+        worker.wait_for('msg="Metrics http server listening"', timeout=60)
+        families = scrape(port)
+        assert sample(families, "handler_success") == 1
+    finally:
+        blocker.close()
+        assert worker.stop() == 0
