@@ -1,0 +1,54 @@
+"""Where git sync keeps its files: fixed paths under /var/lib/relay.
+
+Tests build a Layout on a temporary directory; the commands use the default.
+"""
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from relay.config import FUNCTIONS_DIR, STATE_DIR
+
+
+@dataclass(frozen=True)
+class Layout:
+    state_dir: Path = Path(STATE_DIR)
+    functions_dir: Path = Path(FUNCTIONS_DIR)
+
+    @property
+    def ssh_dir(self):
+        return self.state_dir / "ssh"
+
+    @property
+    def key(self):
+        """The private deploy key; its public half is next to it as id_ed25519.pub."""
+        return self.ssh_dir / "id_ed25519"
+
+    @property
+    def public_key(self):
+        return self.ssh_dir / "id_ed25519.pub"
+
+    @property
+    def known_hosts(self):
+        return self.ssh_dir / "known_hosts"
+
+    @property
+    def git_dir(self):
+        return self.state_dir / "git"
+
+    @property
+    def source(self):
+        return self.git_dir / "source.json"
+
+    @property
+    def checkout(self):
+        return self.git_dir / "checkout"
+
+    @property
+    def last_sync(self):
+        """What the last successful sync brought: time, commit, functions."""
+        return self.git_dir / "last-sync.json"
+
+    @property
+    def lock(self):
+        """Held by a running sync, so a manual sync and a webhook sync never overlap."""
+        return self.git_dir / "sync.lock"
