@@ -88,7 +88,7 @@ standard input when it is not a terminal.
 Sync /functions from a git repository over SSH.
 
 Usage:
-  relay git keygen
+  relay git keygen [--force]
   relay git set <repository> [--ref=<ref>] [--path=<path>] [--webhook-secret=<name>]
   relay git sync
   relay git status
@@ -96,6 +96,7 @@ Usage:
   relay git (-h | --help)
 
 Options:
+  --force                  Replace an existing deploy key.
   --ref=<ref>              Branch, tag or commit to check out [default: main].
   --path=<path>            Directory of the repository that holds the functions.
   --webhook-secret=<name>  Secret that signs GitHub webhook deliveries.
@@ -109,12 +110,11 @@ HANDLERS = {
     "secret": "relay.secret_commands:run",
     "stats": "relay.views:stats_command",
     "function": "relay.views:function_command",
+    "git": "relay.gitsync.commands:run",
 }
 
 # Commands whose capability has not landed yet, and what brings it.
-NOT_YET_AVAILABLE = {
-    "git": "git sync",
-}
+NOT_YET_AVAILABLE = {}
 
 
 def run(argv, imported_before_patch=()):

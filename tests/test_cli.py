@@ -9,12 +9,8 @@ from relay import __version__
 from relay.cli import COMMANDS
 from tests.conftest import ROOT, run_relay
 
-NOT_YET = [
-    ("git", "keygen"), ("git", "set", "git@github.com:acme/repo.git"), ("git", "sync"), ("git", "status"),
-    ("git", "remove"),
-]
-# The secret commands' own tests (tests/test_secrets_cli.py) run them against a private store,
-# including this file's check that they import nothing heavy.
+# The secret and git commands' own tests (tests/test_secrets_cli.py, tests/test_gitsync_cli.py) run
+# them against a private /var/lib/relay, including this file's check that they import nothing heavy.
 # The state views have their own tests (tests/test_views.py); here only their imports are checked.
 STATE_VIEWS = [("stats",), ("function", "ls"), ("function", "inspect", "user-events-python")]
 
@@ -61,19 +57,10 @@ def test_usage_errors_exit_2(args, first_line):
     assert "Usage:" in result.stderr and result.stdout == ""
 
 
-@pytest.mark.parametrize("args", NOT_YET)
-def test_commands_not_landed_yet_say_so(args):
-    result = run_relay(*args)
-    assert result.returncode == 2
-    assert result.stdout == ""
-    assert result.stderr.startswith(f"relay {' '.join(args[:2])}")
-    assert "not available" in result.stderr and result.stderr.count("\n") == 1
-
-
 HEAVY = ("gevent", "docker", "redis", "requests", "urllib3", "yaml")
 
 
-@pytest.mark.parametrize("args", [("--version",), ("--help",), *NOT_YET, *STATE_VIEWS])
+@pytest.mark.parametrize("args", [("--version",), ("--help",), *STATE_VIEWS])
 def test_admin_commands_import_nothing_heavy(args):
     probe = (
         "import sys\n"

@@ -1,0 +1,219 @@
+"""The checkout's functions, copied into /functions so that it matches them exactly.
+
+A function is a direct subdirectory of the functions root holding a regular
+template.yaml file; other directories are not functions and are ignored.
+One whose name is not a valid function name is skipped with a warning.
+
+Copying never follows a symbolic link: a relative link that stays inside
+its function directory is copied as a link, any other link (absolute, or
+climbing out) is left out with a warning, so nothing from outside the
+checkout -- a host file, say -- can ever land in /functions. Files get
+mode 0644, or 0755 when executable, as git records them.
+
+Each changed function is written to a hidden staging directory in
+/functions and swapped in with one rename (``renameat2`` RENAME_EXCHANGE
+where the kernel has it, else two renames), so the reconciler never reads
+a half-written function. A function whose files are already identical is
+left alone. Everything else in /functions -- functions gone from the
+repository, directories an operator put there, stray files -- is removed.
+"""
+
+import filecmp
+import os
+import shutil
+import stat
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from relay.names import function_name_problem
+
+TEMPLATE_FILE = "template.yaml"
+STAGING_PREFIX = ".relay-sync-"
+
+
+@dataclass
+class Changes:
+    added: list = field(default_factory=list)
+    updated: list = field(default_factory=list)
+    unchanged: list = field(default_factory=list)
+    removed: list = field(default_factory=list)
+
+
+def find_functions(root, warn):
+    """{name: directory} of the functions directly under *root*."""
+    found = {}
+    for entry in sorted(os.scandir(root), key=lambda entry: entry.name):
+        if entry.is_symlink():
+            if os.path.lexists(Path(entry.path) / TEMPLATE_FILE):  # only a link that looks like a function
+                warn(f"{entry.name!r} is a symbolic link, which sync never follows; skipped")
+            continue
+        if not entry.is_dir(follow_symlinks=False):
+            continue
+        template = Path(entry.path) / TEMPLATE_FILE
+        if not os.path.lexists(template):
+            continue
+        if not template.is_file() or template.is_symlink():
+            warn(f"{entry.name}/{TEMPLATE_FILE} is not a regular file; function {entry.name!r} skipped")
+            continue
+        problem = function_name_problem(entry.name)
+        if problem:
+            warn(f"directory skipped: {problem}")
+            continue
+        found[entry.name] = Path(entry.path)
+    return found
+
+
+def replace_functions(functions_dir, found, warn):
+    """Make *functions_dir* hold exactly the functions *found* ({name: source directory})."""
+    functions_dir = Path(functions_dir)
+    functions_dir.mkdir(parents=True, exist_ok=True)
+    changes = Changes()
+    for name, source in sorted(found.items()):
+        plan = plan_copy(source, name, warn)
+        target = functions_dir / name
+        if _is_real_directory(target) and matches(plan, target):
+            changes.unchanged.append(name)
+            continue
+        (changes.updated if os.path.lexists(target) else changes.added).append(name)
+        staging = Path(tempfile.mkdtemp(prefix=f"{STAGING_PREFIX}{name}-", dir=functions_dir))
+        try:
+            write(plan, staging)
+            _swap_in(staging, target)
+        finally:
+            _remove(staging)
+    for entry in sorted(os.scandir(functions_dir), key=lambda entry: entry.name):
+        if entry.name not in found:
+            _remove(Path(entry.path))
+            if not entry.name.startswith(STAGING_PREFIX):
+                changes.removed.append(entry.name)
+    return changes
+
+
+# --- one function: what to copy, whether it is there already, and copying it ------------
+
+@dataclass(frozen=True)
+class Entry:
+    relative: str
+    kind: str                # "dir", "file" or "link"
+    mode: int = 0            # files: 0o644 or 0o755
+    target: str = ""         # links: the link text
+    source: Path | None = None
+
+
+def plan_copy(root, name, warn):
+    """The entries of function directory *root* that are copied, in creation order."""
+    root = Path(root)
+    plan = []
+    for current, directories, files in os.walk(root, followlinks=False):
+        directories.sort()
+        base = Path(current)
+        for entry_name in sorted(files) + sorted(d for d in directories if (base / d).is_symlink()):
+            path = base / entry_name
+            relative = path.relative_to(root).as_posix()
+            info = path.lstat()
+            if stat.S_ISLNK(info.st_mode):
+                target = os.readlink(path)
+                if _stays_inside(relative, target):
+                    plan.append(Entry(relative, "link", target=target))
+                else:
+                    warn(f"{name}/{relative} is a symbolic link to {target!r}, outside the function; not copied")
+            elif stat.S_ISREG(info.st_mode):
+                plan.append(Entry(relative, "file", mode=0o755 if info.st_mode & 0o111 else 0o644, source=path))
+        directories[:] = [d for d in directories if not (base / d).is_symlink()]
+        for directory in directories:
+            plan.append(Entry((base / directory).relative_to(root).as_posix(), "dir"))
+    plan.sort(key=lambda entry: entry.relative.count("/"))  # parents before their contents
+    return plan
+
+
+def matches(plan, target):
+    """Whether directory *target* already holds exactly what *plan* would write."""
+    wanted = {entry.relative: entry for entry in plan}
+    actual = {}
+    for current, directories, files in os.walk(target, followlinks=False):
+        base = Path(current)
+        for entry_name in directories + files:
+            path = base / entry_name
+            info = path.lstat()
+            relative = path.relative_to(target).as_posix()
+            if stat.S_ISLNK(info.st_mode):
+                actual[relative] = ("link", 0, os.readlink(path))
+            elif stat.S_ISDIR(info.st_mode):
+                actual[relative] = ("dir", 0, "")
+            elif stat.S_ISREG(info.st_mode):
+                actual[relative] = ("file", stat.S_IMODE(info.st_mode), "")
+            else:
+                return False
+    if actual != {relative: (entry.kind, entry.mode, entry.target) for relative, entry in wanted.items()}:
+        return False
+    return all(filecmp.cmp(entry.source, Path(target) / relative, shallow=False)
+               for relative, entry in wanted.items() if entry.kind == "file")
+
+
+def write(plan, destination):
+    os.chmod(destination, 0o755)  # mkdtemp made it 0700
+    for entry in plan:
+        path = Path(destination) / entry.relative
+        if entry.kind == "dir":
+            path.mkdir(mode=0o755)
+            os.chmod(path, 0o755)
+        elif entry.kind == "link":
+            os.symlink(entry.target, path)
+        else:
+            shutil.copyfile(entry.source, path, follow_symlinks=False)
+            os.chmod(path, entry.mode)
+
+
+def _stays_inside(relative, target):
+    if os.path.isabs(target):
+        return False
+    resolved = os.path.normpath(os.path.join(os.path.dirname(relative), target))
+    return resolved != ".." and not resolved.startswith("../")
+
+
+def _is_real_directory(path):
+    return path.is_dir() and not path.is_symlink()
+
+
+# --- swapping a staged function in -------------------------------------------------------
+
+def _swap_in(staging, target):
+    """Put *staging* at *target* in one step; afterwards *staging* holds what was there, if anything."""
+    if not os.path.lexists(target):
+        os.rename(staging, target)
+        return
+    if _is_real_directory(target) and _exchange(staging, target):
+        return
+    aside = Path(tempfile.mkdtemp(prefix=f"{STAGING_PREFIX}old-", dir=target.parent))
+    os.rename(target, aside / "old")
+    os.rename(staging, target)
+    os.rename(aside, staging)  # the old version now sits at *staging*, which the caller removes
+
+
+def _exchange(first, second):
+    """Atomically swap two paths with renameat2(RENAME_EXCHANGE); False when unsupported here."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        renameat2 = libc.renameat2
+    except (ImportError, OSError, AttributeError):
+        return False
+    at_fdcwd, rename_exchange = -100, 2
+    if renameat2(at_fdcwd, os.fsencode(first), at_fdcwd, os.fsencode(second), rename_exchange) == 0:
+        return True
+    error = ctypes.get_errno()
+    if error in (22, 38, 95):  # EINVAL, ENOSYS, EOPNOTSUPP: the filesystem or kernel cannot
+        return False
+    raise OSError(error, os.strerror(error), str(second))
+
+
+def _remove(path):
+    """Remove a file, link or directory tree, never following a link."""
+    if not os.path.lexists(path):
+        return
+    if _is_real_directory(path):
+        shutil.rmtree(path)
+    else:
+        os.unlink(path)
