@@ -15,7 +15,7 @@ from relay.stream.retention import Retention, trim_interval
 from relay.stream.settle import dlq_stream
 from tests.conftest import RedisServer
 from tests.engine.workers import (
-    Worker, engine_env, harness_command, namespaced_relay_command, write_function,
+    Worker, engine_env, harness_command, namespaced_relay_command, pending, publish, wait_until, write_function,
 )
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "functions"
@@ -40,23 +40,6 @@ events:
     pattern: {{kind: [{match}]}}
     timeout: {timeout}
 """, {"app.py": SLEEPY})
-
-
-def publish(client, event):
-    return client.xadd("events", {"event": json.dumps(event)}).decode()
-
-
-def wait_until(condition, timeout=60, what="condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return
-        time.sleep(0.1)
-    pytest.fail(f"timed out waiting for {what}")
-
-
-def pending(client):
-    return client.xpending("events", "relay")["pending"]
 
 
 @pytest.fixture

@@ -12,7 +12,9 @@ import docker.errors
 import pytest
 
 from relay.state import FAILED, PENDING, READY, SUCCESS, StateReader
-from tests.engine.workers import Worker, engine_env, harness_command, namespaced_relay_command, write_function
+from tests.engine.workers import (
+    Worker, engine_env, harness_command, namespaced_relay_command, pending, wait_until, write_function,
+)
 from tests.test_views import view_command
 
 SOURCE = 'def handler(event):\n    print("{name} {version} n=" + str(event["n"]), flush=True)\n'
@@ -34,19 +36,6 @@ def save(root, name, version):
 
 def publish(client, name, number):
     return client.xadd("events", {"event": json.dumps({"kind": name, "n": number})}).decode()
-
-
-def wait_until(condition, timeout=60, what="condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return
-        time.sleep(0.1)
-    pytest.fail(f"timed out waiting for {what}")
-
-
-def pending(client):
-    return client.xpending("events", "relay")["pending"]
 
 
 def count(worker, message, name):

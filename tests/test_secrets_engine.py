@@ -12,7 +12,6 @@ import secrets
 import shutil
 import signal
 import subprocess
-import time
 import urllib.request
 
 import pytest
@@ -21,7 +20,9 @@ from relay.durations import SECOND
 from relay.runtime.executor import Executor, Invocation
 from relay.stream import markers
 from tests.conftest import ROOT, base_env, free_port
-from tests.engine.workers import Worker, engine_env, harness_command, namespaced_relay_command, write_function
+from tests.engine.workers import (
+    Worker, engine_env, harness_command, namespaced_relay_command, publish, wait_until, write_function,
+)
 from tests.test_secrets_cli import relay_secret, secret_command
 
 SHOW_PYTHON = """
@@ -61,19 +62,6 @@ def namespaced_harness(functions_dir, state_dir, consumer):
     script = 'mount --bind "$1" /var/lib/relay; shift; exec "$@"'
     return [shutil.which("unshare"), "--mount", "--propagation", "private", "--", "sh", "-ec", script,
             "relay-secrets-e2e", str(state_dir), *harness_command(functions_dir, consumer)]
-
-
-def publish(client, event):
-    return client.xadd("events", {"event": json.dumps(event)}).decode()
-
-
-def wait_until(condition, timeout=60, what="condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return
-        time.sleep(0.1)
-    pytest.fail(f"timed out waiting for {what}")
 
 
 def function_tags(docker_engine, name):

@@ -1,5 +1,6 @@
 """Relay workers as real processes for end-to-end tests."""
 
+import json
 import os
 import shutil
 import signal
@@ -101,3 +102,21 @@ def with_private_paths(command, functions_dir, state_dir):
     script = 'mount --bind "$1" /functions; mount --bind "$2" /var/lib/relay; shift 2; exec "$@"'
     return [shutil.which("unshare"), "--mount", "--propagation", "private", "--", "sh", "-ec", script,
             "relay-test", str(functions_dir), str(state_dir), *command]
+
+
+def publish(client, event, stream="events"):
+    """XADD *event* (a dict) as the entry's JSON event field; its message id."""
+    return client.xadd(stream, {"event": json.dumps(event)}).decode()
+
+
+def pending(client, stream="events", group="relay"):
+    return client.xpending(stream, group)["pending"]
+
+
+def wait_until(condition, timeout=60, what="condition"):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return
+        time.sleep(0.1)
+    pytest.fail(f"timed out waiting for {what}")
