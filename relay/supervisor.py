@@ -196,12 +196,21 @@ class Supervisor:
 
     def _start_services(self):
         """The side loops: each has loop() and stop()."""
+        from relay.gitsync.webhook import webhook_service
         from relay.metrics_server import MetricsServer
         from relay.schedules import Publisher, Scheduler
+        from relay.secrets import FileSecretStore
         from relay.stream.backlog import Backlog
         from relay.stream.retention import Retention
 
         config = self.config
+        try:  # a webhook port that cannot be bound stops the start (WebhookBindError), loops and all
+            webhook = webhook_service(config.webhook_addr,
+                                      secrets=FileSecretStore(self.secrets_dir) if self.secrets_dir else None)
+        except RelayError:
+            self.consumer.stop()
+            gevent.killall(self.loops, timeout=5)
+            raise
         services = [Backlog(self.redis, config.stream, config.group, self.metrics,
                             interval=self.timing.backlog_interval),
                     Scheduler(self.catalog, Publisher(self.redis, config.stream, self.metrics))]
@@ -209,6 +218,8 @@ class Supervisor:
             services.append(Retention(self.redis, config.stream, config.retention))
         if config.metrics_addr:
             services.append(MetricsServer(config.metrics_addr, self.metrics.registry))
+        if webhook is not None:
+            services.append(webhook)
         self._spawn_services(services)
 
     def _spawn_services(self, services):

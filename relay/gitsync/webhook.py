@@ -1,0 +1,143 @@
+"""POST /github on GIT_WEBHOOK_ADDR: GitHub pushes schedule a sync.
+
+Opt-in twice: the server starts only when GIT_WEBHOOK_ADDR is set and a
+git source is configured (read once, at start); otherwise it logs why and
+binds nothing. A port it cannot bind is fatal at start (WebhookBindError),
+so a conflict surfaces instead of healing out of sight.
+
+    401  a webhook secret is configured and X-Hub-Signature-256 is missing or wrong
+    413  the body is larger than GitHub ever sends (25 MiB)
+    400  a push whose payload is not JSON
+    202  a push to the configured repository and ref: a sync is scheduled
+    200  anything else (pings, other events, repositories or refs, deleted refs): ignored
+
+No sync runs in the request path: the handler only asks the coalescing
+runner. The secret's value is read from the secret store on every delivery
+(a rotation applies at once) and is never logged or put in a response.
+"""
+
+import logging
+import os
+
+import bottle
+from gevent.event import Event
+from gevent.pywsgi import WSGIServer
+
+from relay.gitsync.coalesce import CoalescingRunner
+from relay.gitsync.delivery import SIGNATURE_HEADER, MalformedDelivery, parse_payload, push_mismatch, signature_valid
+from relay.gitsync.errors import WebhookBindError
+from relay.gitsync.layout import Layout
+from relay.gitsync.source import load_source
+from relay.secrets import FileSecretStore, SecretError
+
+log = logging.getLogger("relay.gitsync")
+
+MAX_BODY = 25 * 1024 * 1024  # GitHub does not send larger deliveries
+MAX_REQUESTS = 8             # deliveries handled at once; more wait for the accept loop
+STOP_GRACE = 10.0            # seconds a running sync may take to finish at shutdown
+
+
+def webhook_service(address, *, layout=None, secrets=None, job=None):
+    """The webhook server, already listening; None (after logging why) when it is not enabled."""
+    if address is None:
+        log.info("Webhook server disabled: GIT_WEBHOOK_ADDR is not set")
+        return None
+    source = load_source(layout or Layout())  # a corrupt source is fatal: the operator asked for the webhook
+    if source is None:
+        log.warning("Webhook server disabled: no git source is configured (relay git set)",
+                    extra={"addr": str(address)})
+        return None
+    if job is None:
+        from relay.gitsync.sync_process import run_sync_process as job
+    secrets = secrets or FileSecretStore()
+    runner = CoalescingRunner(job)
+    server = WebhookServer(address, webhook_app(source, secrets, runner), runner)
+    server.listen()
+    if source.webhook_secret is None:
+        log.warning("Webhook deliveries are not authenticated: no webhook secret is configured; "
+                    "anyone who reaches the address can trigger a sync", extra={"addr": str(address)})
+    return server
+
+
+def webhook_app(source, secrets, runner):
+    app = bottle.Bottle()
+
+    @app.post("/github")
+    def github():
+        request = bottle.request
+        delivery = request.headers.get("X-GitHub-Delivery", "")
+        body = _body(request.environ)
+        if body is None:
+            return _answer(413, "payload too large")
+        if source.webhook_secret is not None:
+            try:
+                secret = secrets.get(source.webhook_secret)
+            except SecretError as error:
+                log.error("Webhook delivery refused: the webhook secret cannot be read",
+                          extra={"delivery": delivery, "error": str(error)})
+                return _answer(500, "webhook secret unavailable")
+            if not signature_valid(secret, body, request.headers.get(SIGNATURE_HEADER)):
+                log.warning("Webhook delivery rejected: missing or invalid signature", extra={"delivery": delivery})
+                return _answer(401, "invalid signature")
+        event = request.headers.get("X-GitHub-Event", "")
+        if event != "push":
+            log.debug("Webhook delivery ignored", extra={"delivery": delivery, "event": event})
+            return _answer(200, f"ignored: {event or 'no'} event")
+        try:
+            payload = parse_payload(body, request.headers.get("Content-Type"))
+        except MalformedDelivery as error:
+            return _answer(400, str(error))
+        mismatch = push_mismatch(payload, source)
+        if mismatch:
+            log.info("Webhook push ignored", extra={"delivery": delivery, "reason": mismatch})
+            return _answer(200, f"ignored: {mismatch}")
+        log.info("Webhook push accepted; sync scheduled", extra={"delivery": delivery, "ref": payload.get("ref"),
+                                                                  "after": payload.get("after")})
+        runner.request()
+        return _answer(202, "sync scheduled")
+
+    return app
+
+
+class WebhookServer:
+    def __init__(self, address, app, runner):
+        self.address = address
+        self.app = app
+        self.runner = runner
+        self.stopping = Event()
+        self.server = None
+
+    def listen(self):
+        server = WSGIServer((self.address.host, self.address.port), self.app, log=None, error_log=None,
+                            spawn=MAX_REQUESTS)
+        try:
+            server.start()
+        except OSError as error:  # gevent appends the address to strerror; the errno's text is enough
+            why = os.strerror(error.errno) if error.errno else str(error)
+            raise WebhookBindError(f"the webhook server cannot listen on {self.address} (GIT_WEBHOOK_ADDR): "
+                                   f"{why}") from None
+        self.server = server
+        log.info("Webhook http server listening", extra={"addr": str(self.address)})
+
+    def loop(self):
+        self.stopping.wait()
+
+    def stop(self):
+        self.stopping.set()
+        if self.server is not None:
+            self.server.stop(timeout=5)
+            self.runner.stop(STOP_GRACE)
+            log.info("Webhook http server stopped", extra={"addr": str(self.address)})
+
+
+def _body(environ):
+    """The request body, or None when it is larger than MAX_BODY."""
+    length = environ.get("CONTENT_LENGTH") or ""
+    if length.isdigit() and int(length) > MAX_BODY:
+        return None
+    data = environ["wsgi.input"].read(MAX_BODY + 1)
+    return None if len(data) > MAX_BODY else data
+
+
+def _answer(status, text):
+    return bottle.HTTPResponse(text + "\n", status=status, headers={"Content-Type": "text/plain; charset=utf-8"})

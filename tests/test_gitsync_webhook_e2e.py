@@ -1,0 +1,105 @@
+"""The webhook in a running ``relay start``: a push syncs /functions; a taken port stops the start.
+
+Relay runs in a private mount namespace where temporary directories are
+/functions and /var/lib/relay, against a real sshd serving a real repository.
+"""
+
+import hashlib
+import hmac
+import json
+import socket
+import time
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from relay.gitsync.layout import Layout
+from relay.gitsync.source import make_source, save_source
+from relay.secrets import FileSecretStore
+from tests.conftest import free_port
+from tests.engine.workers import Worker, engine_env, namespaced_relay_command
+from tests.gitserver import git_server, relay_git  # noqa: F401 (fixture)
+
+SECRET = "e2e-webhook-secret"
+TEMPLATE = "runtime: python3.14\nevents:\n  - handler: app.handle\n    pattern: {kind: [%s]}\n"
+
+
+def function(name):
+    return {f"{name}/template.yaml": TEMPLATE % name, f"{name}/app.py": "def handle(event):\n    pass\n"}
+
+
+def deliver(port, payload, secret=SECRET):
+    body = json.dumps(payload).encode()
+    signature = "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
+    request = urllib.request.Request(f"http://127.0.0.1:{port}/github", data=body, method="POST", headers={
+        "Content-Type": "application/json", "X-GitHub-Event": "push", "X-Hub-Signature-256": signature})
+    with urllib.request.urlopen(request, timeout=10) as response:
+        return response.status
+
+
+def wait_until(condition, what, timeout=60):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return
+        time.sleep(0.1)
+    pytest.fail(f"timed out waiting for {what}")
+
+
+def test_pushes_delivered_to_a_running_relay_sync_functions(redis_server, redis_client, docker_engine, git_server,
+                                                           tmp_path):
+    functions, state = tmp_path / "functions", tmp_path / "state"
+    functions.mkdir(), state.mkdir()
+    repo = git_server.repository()
+    repo.commit(function("first"))
+    url = git_server.url(repo)
+    for args in (("keygen",), ("set", url, "--webhook-secret", "github-webhook")):
+        assert relay_git(functions, state, *args).returncode == 0
+    git_server.authorize((state / "ssh/id_ed25519.pub").read_text())
+    FileSecretStore(state / "secrets").set("github-webhook", SECRET.encode())
+    assert relay_git(functions, state, "sync").returncode == 0
+
+    port = free_port()
+    relay = Worker(namespaced_relay_command(functions, state, "relay-webhook-e2e"),
+                   engine_env(redis_server, GIT_WEBHOOK_ADDR=f"127.0.0.1:{port}"), tmp_path, "relay")
+    try:
+        relay.wait_for(f'msg="Webhook http server listening" addr=127.0.0.1:{port}')
+        commit = repo.commit(function("second"))
+        payload = {"ref": "refs/heads/main", "after": commit, "deleted": False,
+                   "repository": {"full_name": "acme/functions", "ssh_url": url}}
+        assert deliver(port, payload) == 202
+        relay.wait_for('msg="Git sync finished"')
+        assert sorted(path.name for path in functions.iterdir()) == ["first", "second"]
+
+        repo.commit({**function("third"), "first": None})
+        with ThreadPoolExecutor(10) as pool:
+            assert list(pool.map(lambda _: deliver(port, payload), range(10))) == [202] * 10
+        wait_until(lambda: sorted(path.name for path in functions.iterdir()) == ["second", "third"], "the burst")
+        time.sleep(3)  # a follow-up sync, if any, has long started and ended
+        wait_until(lambda: relay.stderr.count('msg="Git sync finished"') == relay.stderr.count(
+            'msg="Git sync started"'), "the syncs to finish")
+        assert 2 <= relay.stderr.count('msg="Git sync started"') <= 3  # the first push, then at most two
+        assert SECRET not in relay.stderr and "Traceback" not in relay.stderr
+        assert relay.stop() == 0
+    finally:
+        relay.kill()
+
+
+def test_relay_start_exits_1_when_the_webhook_port_is_taken(redis_server, redis_client, docker_engine, tmp_path):
+    functions, state = tmp_path / "functions", tmp_path / "state"
+    functions.mkdir(), state.mkdir()
+    save_source(Layout(state_dir=state), make_source("git@github.com:acme/functions.git"))
+    with socket.socket() as blocker:
+        blocker.bind(("127.0.0.1", 0))
+        blocker.listen()
+        port = blocker.getsockname()[1]
+        relay = Worker(namespaced_relay_command(functions, state, "relay-webhook-taken"),
+                       engine_env(redis_server, GIT_WEBHOOK_ADDR=f"127.0.0.1:{port}"), tmp_path, "relay")
+        try:
+            assert relay.process.wait(120) == 1
+        finally:
+            relay.kill()
+    assert 'msg="Relay cannot start"' in relay.stderr and "Traceback" not in relay.stderr
+    assert (f"the webhook server cannot listen on 127.0.0.1:{port} (GIT_WEBHOOK_ADDR): Address already in use"
+            in relay.stderr)
