@@ -130,11 +130,11 @@ def logged(records):
 
 
 class Webhook:
-    def __init__(self, tmp_path, secret_name="github-webhook", job=None, ref="main"):
+    def __init__(self, tmp_path, secret_name="github-webhook", job=None, ref="main", store_secret=True):
         self.layout = Layout(state_dir=tmp_path / "state")
         self.secrets = FileSecretStore(tmp_path / "state" / "secrets")
         save_source(self.layout, make_source(REPOSITORY, ref=ref, webhook_secret=secret_name))
-        if secret_name:
+        if secret_name and store_secret:
             self.secrets.set(secret_name, SECRET.encode())
         self.jobs = job or Jobs()
         self.port = free_port()
@@ -229,6 +229,16 @@ def test_the_secret_is_read_from_the_store_at_every_delivery(webhooks, logs):
     assert hook.deliver(body=body, signature=sign(body, "rotated"))[:2] == (500, "webhook secret unavailable\n")
     assert "secret 'github-webhook' is not in the secret store" in logged(logs)
     assert "rotated" not in logged(logs) and SECRET not in logged(logs)
+
+
+def test_a_secret_missing_at_start_is_warned_about_and_used_once_stored(webhooks, logs):
+    hook = webhooks(store_secret=False)
+    errors = {record.getMessage(): getattr(record, "error", None) for record in logs}
+    assert errors["Webhook secret cannot be used yet; deliveries are refused until it can"] == \
+        "secret 'github-webhook' is not in the secret store"
+    assert hook.deliver()[0] == 500
+    hook.secrets.set("github-webhook", SECRET.encode())
+    assert hook.deliver()[0] == 202
 
 
 def test_without_a_webhook_secret_unsigned_deliveries_are_accepted(webhooks, logs):

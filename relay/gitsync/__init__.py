@@ -1,16 +1,19 @@
 """Git sync: /functions materialized from an SSH git repository.
 
-    layout      the fixed paths under /var/lib/relay (ssh/, git/)
-    files       private directories and atomic 0600 writes
-    keys        the ed25519 deploy key (relay git keygen)
-    source      the SSH URL, ref and path of the source, persisted (relay git set)
-    known_hosts Relay's own host-key pins, trust on first use
-    checkout    the managed clone: fetch, resolve the ref, detached hard reset
-    materialize the checkout's functions copied into /functions, exactly
-    sync        one ``relay git sync``, start to end, under a lock
-    webhook     POST /github: verified pushes schedule a sync
-    coalesce    at most one sync at a time, a burst folded into one more
-    commands    the ``relay git`` command line
+    layout       the fixed paths under /var/lib/relay (ssh/, git/)
+    files        private directories and atomic 0600 writes
+    keys         the ed25519 deploy key (relay git keygen)
+    source       the SSH URL, ref and path of the source, persisted (relay git set)
+    known_hosts  Relay's own host-key pins, trusted on first use
+    checkout     the managed clone: fetch, resolve the ref, detached hard reset
+    materialize  the checkout's functions copied into /functions, exactly
+    history      the checked-out commit and the last sync, read without git
+    sync         one ``relay git sync``, start to end, under a lock
+    commands     the ``relay git`` command line
+    delivery     what a GitHub delivery asks for: signature, repository, ref
+    coalesce     at most one sync at a time, a burst folded into one more
+    sync_process the webhook's sync: ``relay git sync`` as a child process
+    webhook      POST /github on GIT_WEBHOOK_ADDR
 
 Nothing here runs on its own: only ``relay git sync`` or an accepted webhook
 delivery changes /functions. keygen, set, status and remove import nothing

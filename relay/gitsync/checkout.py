@@ -55,9 +55,8 @@ def update_checkout(layout, source, report):
     try:
         if repo is None:
             repo = _clone(layout, source.repository, environment)
-        else:
-            repo.git.update_environment(**environment)
-            _git(repo, "fetch", "--force", "--prune", "--no-write-fetch-head", "origin", *FETCH_REFSPECS)
+        repo.git.update_environment(**environment)
+        _git(repo, "fetch", "--force", "--prune", "--no-write-fetch-head", "origin", *FETCH_REFSPECS)
         commit = _resolve(repo, source)
         _git(repo, "checkout", "--quiet", "--detach", "--force", commit)
         _git(repo, "reset", "--quiet", "--hard", commit)
@@ -92,14 +91,14 @@ def _open(path, url, report):
 
 def _clone(layout, url, environment):
     private_directory(layout.git_dir)
+    for leftover in layout.git_dir.glob(".checkout-*"):  # of a clone that was killed; sync holds the lock
+        shutil.rmtree(leftover, ignore_errors=True)
     staging = Path(tempfile.mkdtemp(prefix=".checkout-", dir=layout.git_dir))
     try:
         try:
             repo = git.Repo.clone_from(url, staging, env=environment, no_checkout=True, origin="origin")
         except git.GitCommandError as error:
             raise GitSyncError(f"cannot clone {url}: {_stderr(error)}") from None
-        repo.git.update_environment(**environment)
-        _git(repo, "fetch", "--force", "--prune", "--no-write-fetch-head", "origin", *FETCH_REFSPECS)
         repo.close()
         staging.rename(layout.checkout)
     except BaseException:

@@ -61,7 +61,7 @@ def fetch_host_key(host, port, name, pinned=()):
     try:
         sock = socket.create_connection((host, port), timeout=CONNECT_TIMEOUT)
     except OSError as error:
-        raise GitSyncError(f"cannot connect to {name} (port {port}): {reason(error)}") from None
+        raise GitSyncError(f"cannot connect to {name}: {reason(error)}") from None
     transport = paramiko.Transport(sock)
     try:
         if pinned:

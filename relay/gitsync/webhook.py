@@ -53,10 +53,20 @@ def webhook_service(address, *, layout=None, secrets=None, job=None):
     runner = CoalescingRunner(job)
     server = WebhookServer(address, webhook_app(source, secrets, runner), runner)
     server.listen()
+    _warn_about_the_secret(source, secrets, address)
+    return server
+
+
+def _warn_about_the_secret(source, secrets, address):
     if source.webhook_secret is None:
         log.warning("Webhook deliveries are not authenticated: no webhook secret is configured; "
                     "anyone who reaches the address can trigger a sync", extra={"addr": str(address)})
-    return server
+        return
+    try:
+        secrets.get(source.webhook_secret)
+    except SecretError as error:
+        log.warning("Webhook secret cannot be used yet; deliveries are refused until it can",
+                    extra={"error": str(error)})
 
 
 def webhook_app(source, secrets, runner):
