@@ -14,7 +14,7 @@ import pytest
 
 from tests.conftest import ROOT, base_env
 from tests.engine.workers import with_private_paths
-from tests.gitserver import Symlink, git_server, relay_git  # noqa: F401 (fixture)
+from tests.gitserver import Symlink, git, git_server, relay_git  # noqa: F401 (fixture)
 
 TEMPLATE = "runtime: python3.14\nevents:\n  - handler: app.handle\n    pattern: {kind: [%s]}\n"
 
@@ -202,6 +202,16 @@ def test_branch_tag_and_commit_refs(ready, repo, git_server):
     result = ready.failing("sync")
     assert result.stderr == f"relay git sync: --ref 'nope' is neither a branch, a tag nor a commit of {url}\n"
     assert os.listdir(ready.functions) == ["two"]
+
+
+def test_a_commit_no_branch_or_tag_reaches_is_fetched_by_id(ready, repo, git_server):
+    repo.commit(function("on-main"))
+    orphan = repo.commit(function("dangling"), branch="short-lived")
+    repo.delete_branch("short-lived")
+    git("config", "uploadpack.allowAnySHA1InWant", "true", cwd=repo.path)
+    ready.ok("set", git_server.url(repo), "--ref", orphan)
+    ready.ok("sync")
+    assert sorted(os.listdir(ready.functions)) == ["dangling", "on-main"]
 
 
 def test_path_selects_a_subdirectory_of_a_monorepo(ready, repo, git_server):
