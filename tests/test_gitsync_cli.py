@@ -4,6 +4,7 @@ Every command is a real process in a private mount namespace where temporary
 directories are /functions and /var/lib/relay.
 """
 
+import fcntl
 import json
 import os
 import stat
@@ -14,7 +15,7 @@ import pytest
 
 from tests.conftest import ROOT, base_env
 from tests.engine.workers import with_private_paths
-from tests.gitserver import Symlink, git, git_server, relay_git  # noqa: F401 (fixture)
+from tests.gitserver import Symlink, git, git_server, relay_git, relay_git_command  # noqa: F401 (fixture)
 
 TEMPLATE = "runtime: python3.14\nevents:\n  - handler: app.handle\n    pattern: {kind: [%s]}\n"
 
@@ -259,6 +260,20 @@ def test_a_new_repository_is_cloned_afresh(ready, repo, git_server):
     result = ready.ok("sync")
     assert f"The checkout is of {git_server.url(repo)}; cloning {git_server.url(other)}" in result.stdout
     assert os.listdir(ready.functions) == ["second"]
+
+
+def test_a_sync_waits_for_the_one_running(ready, repo):
+    repo.commit(function("hello"))
+    with open(ready.state / "git/sync.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # as a running sync holds it
+        waiting = subprocess.Popen(relay_git_command(ready.functions, ready.state, "sync"), cwd=ROOT,
+                                   env=base_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        first_line = waiting.stdout.readline()
+        assert first_line == "Another sync is running; waiting for it to finish\n"
+        assert waiting.poll() is None and ready.listing() == []
+    out, err = waiting.communicate(timeout=60)
+    assert waiting.returncode == 0, err
+    assert ready.listing() == ["hello", "hello/app.py", "hello/template.yaml"]
 
 
 def test_sync_needs_a_source_and_a_key(host, git_server, repo):

@@ -21,25 +21,23 @@ from relay.gitsync.errors import DeployKeyError, SourceError
 from relay.gitsync.files import private_directory
 from relay.gitsync.history import record_last_sync
 from relay.gitsync.known_hosts import verify_host
-from relay.gitsync.materialize import find_functions, replace_functions
-from relay.gitsync.source import load_source
+from relay.gitsync.materialize import Changes, find_functions, replace_functions
+from relay.gitsync.source import Source, load_source
 
 NO_SOURCE = "no git source is configured; run 'relay git set <repository>' first"
 
 
 @dataclass(frozen=True)
 class SyncResult:
-    source: object
+    source: Source
     commit: str
-    changes: object
+    changes: Changes
     functions: list
 
 
 def sync(layout, report, warn):
     """Run one sync; *report* and *warn* each take one line for the operator."""
-    source = load_source(layout)
-    if source is None:
-        raise SourceError(NO_SOURCE)
+    _configured_source(layout)
     if not layout.key.is_file():
         raise DeployKeyError(f"there is no deploy key at {layout.key}; run 'relay git keygen' and register "
                              f"its public key as a read-only deploy key of the repository")
@@ -50,6 +48,7 @@ def sync(layout, report, warn):
         except BlockingIOError:
             report("Another sync is running; waiting for it to finish")
             fcntl.flock(lock, fcntl.LOCK_EX)
+        source = _configured_source(layout)  # again: it may have changed while this sync waited
         verify_host(source.url, layout, report)
         commit = update_checkout(layout, source, report)
         root = functions_root(layout.checkout, source)
@@ -57,6 +56,13 @@ def sync(layout, report, warn):
         changes = replace_functions(layout.functions_dir, found, warn)
         record_last_sync(layout, source, commit, sorted(found))
     return SyncResult(source=source, commit=commit, changes=changes, functions=sorted(found))
+
+
+def _configured_source(layout):
+    source = load_source(layout)
+    if source is None:
+        raise SourceError(NO_SOURCE)
+    return source
 
 
 def functions_root(checkout, source):
