@@ -113,9 +113,6 @@ HANDLERS = {
     "git": "relay.gitsync.commands:run",
 }
 
-# Commands whose capability has not landed yet, and what brings it.
-NOT_YET_AVAILABLE = {}
-
 
 def run(argv, imported_before_patch=()):
     """Run the command in *argv* (without the program name); return the exit code."""
@@ -138,11 +135,6 @@ def run(argv, imported_before_patch=()):
         from relay.supervisor import start
 
         return start(imported_before_patch)
-    if command in NOT_YET_AVAILABLE:
-        subcommand = " ".join(word for word in argv if not word.startswith("-"))
-        print(f"relay {subcommand}: not available in Relay {__version__} yet; "
-              f"it arrives with {NOT_YET_AVAILABLE[command]}", file=sys.stderr)
-        return 2
     module_name, function_name = HANDLERS[command].split(":")
     return getattr(importlib.import_module(module_name), function_name)(args)
 

@@ -2,7 +2,9 @@
 
 Every direct subdirectory is a candidate function whose name is the
 directory's name; the reconciler decides what each one is (a function, an
-invalid name, not ready yet). Files next to them are not functions.
+invalid name, not ready yet). Files next to them are not functions, and
+neither are hidden directories: git sync stages its copies in
+``.relay-sync-*`` before renaming them into place.
 """
 
 from pathlib import Path
@@ -15,4 +17,4 @@ def function_names(functions_dir):
         entries = list(root.iterdir())
     except (FileNotFoundError, NotADirectoryError):
         return []
-    return sorted(entry.name for entry in entries if entry.is_dir())
+    return sorted(entry.name for entry in entries if entry.is_dir() and not entry.name.startswith("."))
