@@ -12,13 +12,12 @@ import time
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 
-import pytest
 
 from relay.gitsync.layout import Layout
 from relay.gitsync.source import make_source, save_source
 from relay.secrets import FileSecretStore
 from tests.conftest import free_port
-from tests.engine.workers import Worker, engine_env, namespaced_relay_command
+from tests.engine.workers import Worker, engine_env, namespaced_relay_command, wait_until
 from tests.gitserver import git_server, relay_git  # noqa: F401 (fixture)
 
 SECRET = "e2e-webhook-secret"
@@ -36,15 +35,6 @@ def deliver(port, payload, secret=SECRET):
         "Content-Type": "application/json", "X-GitHub-Event": "push", "X-Hub-Signature-256": signature})
     with urllib.request.urlopen(request, timeout=10) as response:
         return response.status
-
-
-def wait_until(condition, what, timeout=60):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return
-        time.sleep(0.1)
-    pytest.fail(f"timed out waiting for {what}")
 
 
 def test_pushes_delivered_to_a_running_relay_sync_functions(redis_server, redis_client, docker_engine, git_server,
@@ -75,10 +65,10 @@ def test_pushes_delivered_to_a_running_relay_sync_functions(redis_server, redis_
         repo.commit({**function("third"), "first": None})
         with ThreadPoolExecutor(10) as pool:
             assert list(pool.map(lambda _: deliver(port, payload), range(10))) == [202] * 10
-        wait_until(lambda: sorted(path.name for path in functions.iterdir()) == ["second", "third"], "the burst")
+        wait_until(lambda: sorted(path.name for path in functions.iterdir()) == ["second", "third"], what="the burst")
         time.sleep(3)  # a follow-up sync, if any, has long started and ended
         wait_until(lambda: relay.stderr.count('msg="Git sync finished"') == relay.stderr.count(
-            'msg="Git sync started"'), "the syncs to finish")
+            'msg="Git sync started"'), what="the syncs to finish")
         assert 2 <= relay.stderr.count('msg="Git sync started"') <= 3  # the first push, then at most two
         assert SECRET not in relay.stderr and "Traceback" not in relay.stderr
         assert relay.stop() == 0

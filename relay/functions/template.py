@@ -84,7 +84,7 @@ def parse_template(text, source="template.yaml"):
         problems.add("runtime", f"is required; use one of {', '.join(RUNTIMES)}")
     elif runtime not in RUNTIMES:
         problems.add("runtime", f"{show(runtime)} is not supported; use one of {', '.join(RUNTIMES)}")
-    concurrency = _positive_integer(document, "concurrency", DEFAULT_CONCURRENCY, problems)
+    concurrency = _whole_number(document, "concurrency", "", DEFAULT_CONCURRENCY, 1, problems)
     rules = _entries(document, "events", _rule, problems)
     schedules = _entries(document, "schedules", _schedule, problems)
     if not document.get("events") and not document.get("schedules"):
@@ -164,7 +164,7 @@ def _rule(item, path, problems):
     else:
         pattern = compile_pattern(item["pattern"], join(path, "pattern"), problems)
     timeout = _timeout(item, path, problems)
-    retries = _retries(item, path, problems)
+    retries = _whole_number(item, "retries", path, DEFAULT_RETRIES, 0, problems)
     if None in (handler, pattern, timeout, retries):
         return None
     return Rule(handler=handler[0], module=handler[1], function=handler[2], pattern=pattern, timeout=timeout,
@@ -219,22 +219,13 @@ def _timeout(item, path, problems):
     return timeout
 
 
-def _retries(item, path, problems):
-    if "retries" not in item:
-        return DEFAULT_RETRIES
-    value = item["retries"]
-    if type(value) is not int or value < 0:
-        problems.add(join(path, "retries"), f"{show(value)} must be a whole number of 0 or more")
-        return None
-    return value
-
-
-def _positive_integer(document, key, default, problems):
-    if key not in document:
+def _whole_number(mapping, key, path, default, minimum, problems):
+    """An integer of at least *minimum* (booleans, floats and strings rejected), or *default*."""
+    if key not in mapping:
         return default
-    value = document[key]
-    if type(value) is not int or value < 1:
-        problems.add(key, f"{show(value)} must be a whole number of 1 or more")
+    value = mapping[key]
+    if type(value) is not int or value < minimum:
+        problems.add(join(path, key), f"{show(value)} must be a whole number of {minimum} or more")
         return None
     return value
 
