@@ -39,11 +39,13 @@ import fcntl
 import os
 import stat
 import sys
+import time
 
 BUILD_ID = ""
 TARGETS = {}
 
 PROGRAM = "relay.pyz"
+EXTRACTION_POLL = 0.05  # seconds between looks while another process extracts
 ARCH_ALIASES = {"arm64": "aarch64", "amd64": "x86_64"}
 IMPLEMENTATION_NAMES = {"cpython": "Python", "pypy": "PyPy"}
 
@@ -191,7 +193,13 @@ def enter_extraction(root, key, target):
             if os.path.isdir(path):
                 return path
             os.close(fd)
-        fd = locked(lock_path, fcntl.LOCK_EX)
+        fd = locked(lock_path, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        if fd is None:
+            # Another first run is extracting, or has just finished and now
+            # holds the lock shared for its whole life: waiting for exclusive
+            # would wait for that process to exit. Poll for its result instead.
+            time.sleep(EXTRACTION_POLL)
+            continue
         extracted = not os.path.isdir(path)
         if extracted:
             extract(root, key, target, path)
@@ -206,10 +214,15 @@ def enter_extraction(root, key, target):
 
 
 def locked(lock_path, operation):
-    """Open lock_path and flock it; retry if it was unlinked while we waited."""
+    """Open lock_path and flock it; retry if it was unlinked while we waited.
+    With LOCK_NB, None when someone else holds it."""
     while True:
         fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o600)
-        fcntl.flock(fd, operation)
+        try:
+            fcntl.flock(fd, operation)
+        except BlockingIOError:
+            os.close(fd)
+            return None
         if still_locking(fd, lock_path):
             return fd
         os.close(fd)

@@ -16,6 +16,7 @@ import shutil
 import stat
 import subprocess
 import sys
+import time
 import tempfile
 import zipfile
 from pathlib import Path
@@ -279,6 +280,49 @@ def plant_old_extraction(cache: Path, python: str) -> str:
     (cache / f"relay-{key}.lock").touch()
     (cache / f".tmp-{key}-crashed").mkdir()
     return key
+
+
+EXTRACT_THEN_STAY = """
+import fcntl, os, sys
+lock, ready, path = sys.argv[1:]
+fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o600)
+fcntl.flock(fd, fcntl.LOCK_EX)
+print("extracting", flush=True)
+sys.stdin.readline()
+os.rename(ready, path)
+fcntl.flock(fd, fcntl.LOCK_SH)
+print("shared", flush=True)
+sys.stdin.read()
+"""
+
+
+def test_a_first_run_waiting_on_an_extraction_does_not_wait_for_the_extractor_to_exit(tmp_path, cache):
+    """A first run that found another one extracting must use its extraction as
+    soon as it is in place, although the extractor then holds the lock (shared)
+    for as long as it runs, as a worker does."""
+    python = find_python("3.11")
+    tiny = build_tiny(tmp_path / "tiny")
+    key = key_of(tiny, python)
+    elsewhere = tmp_path / "elsewhere"
+    assert run_with_cache(python, tiny, elsewhere).returncode == 0
+    cache.mkdir(mode=0o700)
+    extractor = subprocess.Popen(
+        [python, "-c", EXTRACT_THEN_STAY, str(cache / f"relay-{key}.lock"), str(elsewhere / f"relay-{key}"),
+         str(cache / f"relay-{key}")], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert extractor.stdout.readline() == "extracting\n"
+        waiting = subprocess.Popen([python, str(tiny)], env=env_without_cache(RELAY_PYZ_CACHE=str(cache)),
+                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        time.sleep(0.5)
+        assert waiting.poll() is None
+        extractor.stdin.write("go\n")
+        extractor.stdin.flush()
+        assert extractor.stdout.readline() == "shared\n"
+        stdout, stderr = waiting.communicate(timeout=30)
+        assert waiting.returncode == 0, stderr
+    finally:
+        extractor.stdin.close()
+        extractor.wait(timeout=30)
 
 
 def test_first_run_of_a_new_build_removes_unused_old_builds(pyz, cache):
