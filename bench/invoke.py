@@ -13,6 +13,8 @@ forwarding, deadlines, error handling, leases and logging.
 
 Prints p50/p95 latency and throughput of both and their ratios.
 Targets: p50 ratio <= 1.10; throughput at concurrency 4 >= 0.90 of the bare loop.
+Exits 1 when a target is missed. ``--json PATH`` appends the figures for
+bench/run_all.py (see bench/report.py).
 """
 
 from gevent import monkey
@@ -34,6 +36,7 @@ import gevent  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+import report  # noqa: E402
 from relay.durations import SECOND  # noqa: E402
 from relay.functions import load_function  # noqa: E402
 from relay.runtime.containers import USER, host_config  # noqa: E402
@@ -44,6 +47,8 @@ from relay.runtime.leases import ImageLeases  # noqa: E402
 HANDLER = "handler.handler"
 PAYLOAD = b'{"event_id":"evt_1","event_name":"INSERT","table_name":"users","new_image":{"id":"user_1"}}'
 TEMPLATE = "runtime: python3.14\nevents:\n  - handler: handler.handler\n    pattern:\n      event_name: [INSERT]\n"
+# Read by bench/run_all.py without importing this file.
+QUICK_ARGS = ["--invocations", "8", "--rounds", "2"]
 
 
 def build_image(client, directory):
@@ -118,6 +123,7 @@ def main():
     parser.add_argument("--invocations", type=int, default=60, help="per runner and concurrency (default 60)")
     parser.add_argument("--rounds", type=int, default=4, help="interleaved rounds per measurement (default 4)")
     parser.add_argument("--keep-image", action="store_true", help="leave the benchmark image on the engine")
+    report.add_option(parser)
     options = parser.parse_args()
 
     client = docker.from_env(max_pool_size=32)
@@ -129,6 +135,7 @@ def main():
     pin = client.api.create_container(image, command=["true"], labels={"relay.bench.pin": "1"})["Id"]
     runners = {"relay": relay_runner(client, image, hostname), "bare": bare_runner(client, image)}
     verdicts = []
+    reported = []
     try:
         for run in runners.values():  # warm caches and pooled connections
             measure(run, 3, 1)
@@ -154,8 +161,10 @@ def main():
             verdicts.append((f"p50 ratio at concurrency {concurrency} <= 1.10", ratios[0] <= 1.10))
             if concurrency == 4:
                 verdicts.append(("throughput ratio at concurrency 4 >= 0.90", ratios[2] >= 0.90))
+            reported.extend(results_of(concurrency, relay, bare, ratios))
         for text, passed in verdicts:
             print(f"target {text}: {'met' if passed else 'MISSED'}")
+        report.write(options.json, reported)
     finally:
         client.api.remove_container(pin, force=True)
         leftovers = client.api.containers(all=True, filters={"label": f"relay.hostname={hostname}"})
@@ -164,6 +173,21 @@ def main():
         if not options.keep_image:
             client.api.remove_image(image, force=True)
     return 0 if verdicts and all(passed for _, passed in verdicts) else 1
+
+
+def results_of(concurrency, relay, bare, ratios):
+    """Every figure at *concurrency*, with issue #4's targets where it sets one."""
+    def result(figure, index, unit, target="", met=None):
+        scale = 1000 if unit == "ms" else 1
+        return report.Result("invoke.py", f"{figure}, concurrency {concurrency}", relay[index] * scale, unit,
+                             bare[index] * scale, "bare docker-py loop", ratios[index], target, met)
+
+    results = [result("p50 latency", 0, "ms", "ratio <= 1.10 (#4)", ratios[0] <= 1.10), result("p95 latency", 1, "ms")]
+    if concurrency == 4:
+        results.append(result("throughput", 2, "invocations/s", "ratio >= 0.90 (#4)", ratios[2] >= 0.90))
+    else:
+        results.append(result("throughput", 2, "invocations/s"))
+    return results
 
 
 if __name__ == "__main__":

@@ -8,6 +8,10 @@ the same tables. Each event is evaluated against all 30 rules, as the
 dispatcher does. Prints events/s and rule evaluations/s for both, checks
 that both agree on every event, and the ratio. Targets: >= 3x the
 interpreter and >= 100,000 rule evaluations per second on one core.
+
+Issue #3 words the second target as ">= 100,000 event evaluations per
+second"; ``--json PATH`` (for bench/run_all.py, see bench/report.py) reports
+it both ways: whole events against all 30 rules, and rule evaluations.
 """
 
 import argparse
@@ -20,11 +24,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+import report  # noqa: E402
 from relay.durations import parse_duration  # noqa: E402
 from relay.functions import compile_pattern  # noqa: E402
 
 TABLES = ["users", "orders", "payments", "invoices", "shipments", "carts", "reviews", "coupons", "refunds", "tickets"]
 OPERATORS = {"equals", "prefix", "suffix", "exists", "gt", "gte", "lt", "lte"}
+# Read by bench/run_all.py without importing this file.
+QUICK_ARGS = ["--seconds", "0.3"]
 
 
 def rules():
@@ -152,6 +159,7 @@ def measure(evaluate, stream, seconds):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=2.0, help="time per measurement")
+    report.add_option(parser)
     options = parser.parse_args()
 
     raw = rules()
@@ -179,6 +187,23 @@ def main():
     print(f"ratio compiled/interpreter: {fast / slow:.2f}x")
     if disagreements:
         sys.exit("the compiled matcher and the interpreter disagree")
+    report.write(options.json, results_of(fast, slow, rules_count))
+
+
+def results_of(fast, slow, rules_count):
+    """One result per target of issue #3."""
+    events = "events/s, each against all 30 rules"
+    rules_figure = "rule evaluations/s (events/s x 30)"
+    return [
+        report.Result("matcher.py", events, fast, "events/s", slow, "interpreter", fast / slow,
+                      "ratio >= 3 (#3)", fast / slow >= 3),
+        report.Result("matcher.py", events, fast, "events/s", slow, "interpreter", fast / slow,
+                      ">= 100,000 event evaluations/s, read as whole events (#3)", fast >= 100_000),
+        report.Result("matcher.py", rules_figure, fast * rules_count, "evals/s", slow * rules_count,
+                      "interpreter", fast / slow,
+                      ">= 100,000 event evaluations/s, read as rule evaluations (#3)",
+                      fast * rules_count >= 100_000),
+    ]
 
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@
    docker-py container loop of bench/invoke.py at concurrency 4. Target >= 0.9.
 
 It starts its own redis-server on a free port and uses the local Docker engine.
+``--json PATH`` appends the figures for bench/run_all.py (see bench/report.py).
 """
 
 from gevent import monkey
@@ -34,6 +35,7 @@ import redis  # noqa: E402
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+import report  # noqa: E402
 from relay.catalog import Catalog  # noqa: E402
 from relay.functions import load_function  # noqa: E402
 from relay.metrics import Metrics  # noqa: E402
@@ -43,6 +45,8 @@ from relay.stream.settle import Settler  # noqa: E402
 
 STREAM = "bench"
 BATCH = 16
+# Read by bench/run_all.py without importing this file.
+QUICK_ARGS = ["--entries", "2000", "--matched", "8"]
 UNMATCHED = json.dumps({"event_id": "evt", "event_name": "INSERT", "table_name": "orders",
                         "new_image": {"id": "order_1", "total": 42, "note": "x" * 600}})
 
@@ -176,7 +180,9 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--entries", type=int, default=20000, help="entries for the unmatched path")
     parser.add_argument("--matched", type=int, default=40, help="entries for the matched path")
+    report.add_option(parser)
     options = parser.parse_args()
+    results = []
     with tempfile.TemporaryDirectory() as directory:
         process, client = start_redis(directory)
         try:
@@ -187,6 +193,11 @@ def main():
             print(f"{'minimal XREADGROUP+XACK':<26}{bare:>10,.0f} entries/s")
             print(f"{'Relay consumer':<26}{ours:>10,.0f} entries/s")
             print(f"ratio Relay/minimal: {ours / bare:.2f}  (targets >= 0.8, >= 5,000 entries/s)")
+            figure = "entries matching no rule"
+            results += [report.Result("throughput.py", figure, ours, "entries/s", bare, "XREADGROUP+XACK loop",
+                                      ours / bare, "ratio >= 0.8 (#5)", ours / bare >= 0.8),
+                        report.Result("throughput.py", figure, ours, "entries/s", bare, "XREADGROUP+XACK loop",
+                                      ours / bare, ">= 5,000 entries/s (#5)", ours >= 5000)]
             if options.matched:
                 import docker
 
@@ -200,6 +211,11 @@ def main():
                 print(f"{'Relay, end to end':<26}{relay_rate:>10.2f} entries/s")
                 print(f"ratio Relay/bare: {relay_rate / bare_rate:.2f}  (target >= 0.9)")
                 docker_client.api.remove_image(image.tag, force=True)
+                ratio = relay_rate / bare_rate
+                results.append(report.Result("throughput.py", "entries matching a no-op handler, concurrency 4",
+                                             relay_rate, "entries/s", bare_rate, "bare docker-py loop", ratio,
+                                             "ratio >= 0.9 (#5)", ratio >= 0.9))
+            report.write(options.json, results)
         finally:
             process.terminate()
             process.wait()
