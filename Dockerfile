@@ -3,19 +3,34 @@
 #
 #   python3 build_zipapp.py && docker build -t relay:latest .
 #
-# The Docker engine is reached through DOCKER_HOST (a socket proxy in
-# compose.dev.yaml); never mount the host's Docker socket into Relay.
+# BASE may be any Debian-based image with CPython 3.11, 3.12 or 3.13. git, ssh
+# and the CA bundle are installed with apt only when the base lacks them, so a
+# base that has them builds without a network.
+#
+# Relay builds images and runs containers, so it needs the Docker engine, and
+# that is root on the engine's host however it is reached. Two ways:
+#  - a socket proxy that forwards only the Engine API endpoints Relay uses,
+#    with DOCKER_HOST pointed at it (compose.dev.yaml): the socket stays out of
+#    Relay's container and the rest of the API is closed;
+#  - the host's socket mounted in, with its group added, since Relay runs as
+#    the unprivileged user relay:
+#      docker run -v /var/run/docker.sock:/var/run/docker.sock \
+#        --group-add "$(stat -c %g /var/run/docker.sock)" ...
 ARG BASE=python:3.13-slim
 FROM ${BASE}
 
-RUN apt-get update \
- && apt-get install -y --no-install-recommends git openssh-client ca-certificates \
- && rm -rf /var/lib/apt/lists/* \
+RUN if ! command -v git >/dev/null || ! command -v ssh >/dev/null || [ ! -s /etc/ssl/certs/ca-certificates.crt ]; then \
+        apt-get update \
+     && apt-get install -y --no-install-recommends git openssh-client ca-certificates \
+     && rm -rf /var/lib/apt/lists/*; \
+    fi \
  && useradd --system --uid 10000 --home-dir /var/lib/relay --shell /usr/sbin/nologin relay \
  && mkdir -p /var/lib/relay /opt/relay/cache \
  && chown relay:relay /var/lib/relay /opt/relay/cache
 
-COPY --chmod=0755 relay.pyz /usr/local/bin/relay.pyz
+# relay.pyz keeps the mode it has in the build context (build_zipapp.py writes
+# it 0755). COPY --chmod would need BuildKit, which not every engine uses.
+COPY relay.pyz /usr/local/bin/relay.pyz
 
 USER relay
 # Extract relay.pyz once at build time, so every container starts warm.

@@ -1,0 +1,246 @@
+"""The shipped artefacts, run the way an operator runs them.
+
+- The Dockerfile builds, and its image runs Relay against the host's Docker
+  engine through the mounted socket: the healthcheck turns healthy, a
+  published event is handled and acknowledged, and ``docker stop`` drains.
+- deploy/relay.service passes ``systemd-analyze verify``.
+- relay.pyz copied alone into an empty directory runs ``health`` and the
+  administrative commands on each host interpreter, extracting into a fresh
+  cache under $HOME. tests/test_zipapp.py already covers ``--version``, the
+  cache order and the extraction itself, and tests/test_pyz_start.py covers
+  ``start``; this adds the commands an operator types next.
+
+After ``./scripts/setup --redis``: ``.venv/bin/python -m pytest tests/test_artefacts.py``.
+"""
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import time
+import uuid
+
+import pytest
+
+from tests.conftest import ROOT, base_env
+from tests.engine.workers import pending, publish, with_private_paths
+from tests.pyz_helpers import CACHE_VARIABLES, build_id, extraction_dirs, find_python
+
+VERSION = re.search(r'__version__ = "(.+)"', (ROOT / "relay" / "__init__.py").read_text())[1]
+SOCKET = "/var/run/docker.sock"
+STANDIN = "relay-local/base:bookworm"
+STREAM, GROUP = "artefact-events", "relay"
+
+HANDLER = '''\
+def handler(event):
+    print("handled", event["token"])
+'''
+
+TEMPLATE = '''\
+runtime: python3.14
+events:
+  - handler: handler.handler
+    pattern:
+      kind: [artefact-check]
+'''
+
+
+# -- the container image ----------------------------------------------------------
+
+
+def docker(*args, timeout=120, check=True):
+    """The docker CLI on the default socket (the one the container mounts)."""
+    binary = shutil.which("docker")
+    if binary is None:
+        pytest.fail("the docker CLI is not installed: run scripts/setup (it installs docker.io)", pytrace=False)
+    result = subprocess.run([binary, *args], env=base_env(), capture_output=True, text=True, timeout=timeout)
+    if check and result.returncode != 0:
+        pytest.fail(f"docker {' '.join(args)} exited {result.returncode}:\n{result.stdout[-4000:]}"
+                    f"{result.stderr[-4000:]}", pytrace=False)
+    return result
+
+
+def base_build_args():
+    """The stand-in scripts/setup builds where no registry answers, else the
+    Dockerfile's default base, which docker build pulls."""
+    if docker("image", "inspect", STANDIN, check=False).returncode == 0:
+        return ["--build-arg", f"BASE={STANDIN}"]
+    return []
+
+
+@pytest.fixture(scope="module")
+def relay_image(pyz, docker_engine, tmp_path_factory):
+    """The Dockerfile built from a context holding only it and relay.pyz.
+
+    Like python:3.13-slim, the stand-in base has no git or ssh, so the
+    Dockerfile installs them with apt. scripts/setup starts the engine without
+    a bridge network, so the build uses the host's, which reaches the mirror.
+    """
+    context = tmp_path_factory.mktemp("context")
+    shutil.copy2(ROOT / "Dockerfile", context / "Dockerfile")
+    shutil.copy2(pyz, context / "relay.pyz")
+    tag = f"relay-artefact-test:{uuid.uuid4().hex[:12]}"
+    docker("build", "--network", "host", "--force-rm", *base_build_args(), "-t", tag, str(context), timeout=900)
+    try:
+        yield tag
+    finally:
+        docker("rmi", tag, check=False)
+
+
+@pytest.mark.timeout(900)   # the first test also waits for the pyz and the image build
+def test_image_has_git_ssh_and_starts_warm(relay_image):
+    """A read-only root filesystem shows nothing is extracted at run time."""
+    result = docker("run", "--rm", "--network", "none", "--read-only", relay_image,
+                    "sh", "-c", "id -un; for c in git ssh relay.pyz; do command -v $c; done; relay.pyz --version")
+    assert result.stdout.split() == ["relay", "/usr/bin/git", "/usr/bin/ssh", "/usr/local/bin/relay.pyz",
+                                     "relay", VERSION], result.stderr
+
+
+@pytest.mark.timeout(900)
+def test_container_on_the_host_engine_handles_an_event(relay_image, redis_server, redis_client, tmp_path):
+    token = uuid.uuid4().hex[:8]
+    name = f"relay-artefact-{token}"      # container, hostname (consumer) and function
+    function = tmp_path / "functions" / name
+    function.mkdir(parents=True)
+    (function / "template.yaml").write_text(TEMPLATE)
+    (function / "handler.py").write_text(HANDLER)
+    try:
+        # The Dockerfile checks every 30s; the same check every 2s keeps the test short.
+        docker("run", "-d", "--name", name, "--hostname", name, "--network", "host",
+               "-v", f"{SOCKET}:{SOCKET}", "--group-add", str(os.stat(SOCKET).st_gid),
+               "-v", f"{tmp_path / 'functions'}:/functions:ro",
+               "-e", f"REDIS_URI={redis_server.address}", "-e", f"REDIS_STREAM={STREAM}",
+               "-e", f"REDIS_GROUP={GROUP}", "--health-interval", "2s", relay_image)
+        wait_for_health(name)
+
+        message_id = publish(redis_client, {"event_id": f"evt-{token}", "kind": "artefact-check", "token": token},
+                             stream=STREAM)
+        line = (f'relay: function "{name}" handler "handler.handler" message "{message_id}" '
+                f'event "evt-{token}": handled {token}')
+        wait_for_logs(name, line)
+        wait_for(lambda: delivered(redis_client) == message_id and pending(redis_client, STREAM, GROUP) == 0,
+                 name, f"entry {message_id} to be acknowledged")
+
+        listing = docker("exec", name, "relay.pyz", "function", "ls").stdout
+        assert re.search(rf"^{re.escape(name)}\s+python3\.14\s", listing, re.MULTILINE), listing
+
+        docker("stop", "--time", "60", name, timeout=90)
+        assert docker("inspect", "--format", "{{.State.ExitCode}}", name).stdout.strip() == "0", logs(name)
+        assert 'msg="Relay stopped"' in logs(name)
+    finally:
+        remove_container_and_images(name)
+
+
+def logs(container):
+    result = docker("logs", container, check=False)
+    return result.stdout + result.stderr
+
+
+def delivered(client):
+    [group] = [group for group in client.xinfo_groups(STREAM) if group["name"].decode() == GROUP]
+    return group["last-delivered-id"].decode()
+
+
+def wait_for(condition, container, what, timeout=180):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return
+        state = json.loads(docker("inspect", "--format", "{{json .State}}", container).stdout)
+        if not state["Running"]:
+            failure = f"the container exited with status {state['ExitCode']} while waiting for {what}"
+            break
+        time.sleep(0.5)
+    else:
+        failure = f"timed out waiting for {what}; the container is {state['Status']}"
+    pytest.fail(f"{failure}\n"
+                f"last health checks: {json.dumps((state.get('Health') or {}).get('Log', [])[-2:])}\n"
+                f"docker logs:\n{logs(container)[-6000:]}", pytrace=False)
+
+
+def wait_for_health(container):
+    def healthy():
+        return docker("inspect", "--format", "{{.State.Health.Status}}", container).stdout.strip() == "healthy"
+    wait_for(healthy, container, "the healthcheck to report healthy")
+
+
+def wait_for_logs(container, line):
+    wait_for(lambda: line in logs(container).splitlines(), container, f"{line!r} in docker logs")
+
+
+def remove_container_and_images(name):
+    """The container with its anonymous /var/lib/relay volume, any execution
+    container Relay left under this hostname, and the function's images."""
+    docker("rm", "--force", "--volumes", name, check=False)
+    leftovers = docker("ps", "-aq", "--filter", f"label=relay.hostname={name}", check=False).stdout.split()
+    if leftovers:
+        docker("rm", "--force", *leftovers, check=False)
+    images = docker("image", "ls", "-q", f"relay-fn-{name}", check=False).stdout.split()
+    if images:
+        docker("rmi", "--force", *sorted(set(images)), check=False)
+
+
+# -- the systemd unit -------------------------------------------------------------
+
+
+def test_systemd_unit_passes_verify(tmp_path):
+    """``systemd-analyze verify`` loads the unit offline, with the host's unit
+    paths for its dependencies (docker.service comes with docker.io) and checks
+    that ExecStart's binary exists. Warnings go to stderr with exit status 0,
+    so any output fails the test. Debian 12's systemd 252 prints nothing for a
+    clean unit on a machine where systemd is not running, so no line is ignored.
+    The copy sits alone in a directory because verify adds the unit's directory
+    to the unit search path."""
+    analyze = shutil.which("systemd-analyze") or shutil.which("systemd-analyze", path="/usr/bin:/bin")
+    if analyze is None:
+        pytest.fail("systemd-analyze is not installed: apt-get install systemd (scripts/setup does)", pytrace=False)
+    unit = tmp_path / "relay.service"
+    shutil.copy(ROOT / "deploy" / "relay.service", unit)
+    result = subprocess.run([analyze, "verify", str(unit)], capture_output=True, text=True, timeout=60)
+    output = (result.stdout + result.stderr).strip()
+    assert (result.returncode, output) == (0, ""), f"systemd-analyze verify deploy/relay.service:\n{output}"
+
+
+# -- relay.pyz alone in a fresh directory -------------------------------------------
+
+
+def host_python(which):
+    if which != "/usr/bin/python3":
+        return find_python(which)
+    if not os.access(which, os.X_OK):
+        pytest.fail("Debian's /usr/bin/python3 is missing: apt-get install python3", pytrace=False)
+    return which
+
+
+@pytest.mark.parametrize("which", ["/usr/bin/python3", "3.12", "3.13"])
+def test_pyz_alone_runs_health_and_admin_commands(pyz, redis_server, docker_engine, tmp_path, which):
+    """Debian 12's /usr/bin/python3 is CPython 3.11.2, which pyenv's newest 3.11
+    never shows: redis, for one, imports async_timeout below 3.11.3."""
+    python = host_python(which)
+    fresh, home, functions, state = (tmp_path / part for part in ("fresh", "home", "functions", "state"))
+    fresh.mkdir()
+    home.mkdir()
+    shutil.copy2(pyz, fresh / "relay.pyz")
+    env = {key: value for key, value in base_env().items() if key not in CACHE_VARIABLES}
+    env["HOME"] = str(home)
+
+    def run(*args, private=False, input=None, **extra_env):
+        command = [python, "relay.pyz", *args]
+        if private:   # /functions and /var/lib/relay are fixed paths
+            command = with_private_paths(command, functions, state)
+        result = subprocess.run(command, cwd=fresh, env={**env, **extra_env}, input=input, capture_output=True,
+                                text=True, timeout=300)
+        assert (result.returncode, result.stderr) == (0, ""), (args, result.stdout, result.stderr)
+        return result.stdout
+
+    assert run("--version") == f"relay {VERSION}\n"
+    assert run("health", REDIS_URI=redis_server.address).splitlines() == [
+        f"redis: ok (redis://{redis_server.address}/0)", f"docker: ok (unix://{SOCKET})"]
+    run("secret", "set", "artefact-token", private=True, input="s3cret\n")
+    assert run("secret", "ls", private=True) == "NAME\nartefact-token\n"
+    assert run("function", "ls", private=True).split() == ["NAME", "RUNTIME", "STATUS", "HANDLERS", "UPDATED"]
+
+    assert os.listdir(fresh) == ["relay.pyz"]
+    [extraction] = extraction_dirs(home / ".cache" / "relay")
+    assert extraction.name.startswith(f"relay-{build_id(pyz)[:16]}-")
