@@ -37,6 +37,7 @@ class Result:
     duration: float = 0.01
     timed_out: bool = False
     error: str | None = None
+    engine_unavailable: bool = False
 
 
 class ScriptedExecutor:
@@ -296,6 +297,33 @@ def test_no_free_slot_leaves_the_entry_pending_without_charging(engine):
     assert engine.pending() == 0
 
 
+def test_an_unreachable_engine_costs_no_attempt(engine):
+    """A Docker engine restart must not push events toward the DLQ: the claim
+    is undone and the entry waits for the reclaimer with its count intact."""
+    unreachable = Result(ok=False, exit_code=None, error="the Docker engine is unreachable", engine_unavailable=True)
+    engine.executor.program("second.handler", unreachable, unreachable)    # retries: 0
+    message_id = engine.publish({"kind": "order"})
+    engine.read()
+    assert engine.pending() == 1 and engine.dlq() == []
+    assert engine.state(message_id) == {"audit/audit.handler": "ok", "orders/first.handler": "ok"}
+    engine.redeliver(after=SECOND)               # engine still down: nothing charged again
+    assert engine.pending() == 1 and "orders/second.handler" not in engine.state(message_id)
+    engine.redeliver(after=SECOND)               # engine back: the one allowed attempt runs and succeeds
+    assert engine.pending() == 0 and engine.dlq() == []
+    assert engine.handlers_called().count(("orders", "second.handler")) == 3
+    assert value(engine.metrics.handler_failure) == 0
+
+
+def test_an_unreachable_engine_keeps_a_retry_backoff_in_place(engine):
+    engine.executor.program("first.handler", Result(ok=False, exit_code=1),
+                            Result(ok=False, exit_code=None, engine_unavailable=True))
+    message_id = engine.publish({"kind": "order"})
+    engine.read()
+    waiting = engine.state(message_id)["orders/first.handler"]
+    engine.redeliver(after=MINUTE)               # attempt 2 cannot reach the engine
+    assert engine.state(message_id)["orders/first.handler"] == waiting and engine.pending() == 1
+
+
 def test_missing_secret_fails_the_invocation(redis_client):
     from relay.secrets import SecretError
 
@@ -316,6 +344,7 @@ def test_buffer_full_stops_reading(redis_client):
         engine.publish({"kind": "none"})
     engine.consumer.buffer.take(2)                # two entries are being worked on
     assert not engine.consumer.buffer.wait_for_space(timeout=0.01)
+    engine.consumer.reclaim_interval = 0.2        # a pass waits half of it for space
     engine.consumer.reclaim_once()
     assert engine.pending() == 0                  # nothing was read or claimed
     engine.consumer.buffer.release(2)

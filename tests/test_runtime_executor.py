@@ -154,7 +154,7 @@ def test_a_missing_image_is_a_failure_not_an_exception(executor, images):
                                       image=f"relay-fn-{function.name}:ffffffffffffffff", payload=b"{}",
                                       timeout=5 * SECOND, env={}))
     assert not outcome.ok and outcome.exit_code is None and not outcome.timed_out
-    assert "does not exist" in outcome.error
+    assert "does not exist" in outcome.error and not outcome.engine_unavailable
 
 
 def test_a_start_failure_is_cleaned_up(executor, docker_engine, hostname):
@@ -391,3 +391,15 @@ def test_engine_errors_never_repeat_env_values(executor, images, caplog):
 ])
 def test_redact(text, expected):
     assert redact(text, {"TOKEN": "abc\0defghij", "SHORT": "ab"}) == expected
+
+
+@pytest.mark.parametrize("base_url", ["unix:///nonexistent/docker.sock", "tcp://127.0.0.1:1"])
+def test_an_unreachable_engine_is_flagged_as_not_the_handlers_failure(base_url):
+    import docker
+
+    client = docker.DockerClient(base_url=base_url, version="1.41", timeout=2)
+    outcome = Executor(client, "host-x", output=io.StringIO()).run(
+        Invocation(function="f", handler="h.handler", image="relay-fn-f:0", payload=b"{}", timeout=5 * SECOND))
+    assert (outcome.ok, outcome.engine_unavailable) == (False, True)
+    assert "the Docker engine is unreachable" in outcome.error
+

@@ -25,7 +25,9 @@ from types import MappingProxyType
 from typing import Mapping
 
 from docker.errors import DockerException, ImageNotFound, NotFound
+from requests.exceptions import ConnectionError as RequestsConnectionError
 from requests.exceptions import RequestException
+from requests.exceptions import Timeout as RequestsTimeout
 
 from relay.durations import format_duration
 from relay.errors import ExecutionError
@@ -61,6 +63,7 @@ class Outcome:
     duration: float          # seconds
     timed_out: bool = False
     error: str | None = None  # why it is not ok; never contains env or secret values
+    engine_unavailable: bool = False  # the engine could not be reached: not the handler's failure
 
 
 class Executor:
@@ -112,8 +115,10 @@ class _Execution:
         except ExecutionError as error:
             return self._outcome(None, error=self._describe(redact(str(error), invocation.env)))
         except (DockerException, RequestException, OSError) as error:
-            return self._outcome(None, error=self._describe(
-                f"the Docker engine failed: {redact(_reason(error), invocation.env)}"))
+            unreachable = _is_unreachable(error)
+            return self._outcome(None, engine_unavailable=unreachable, error=self._describe(
+                f"the Docker engine {'is unreachable' if unreachable else 'failed'}: "
+                f"{redact(_reason(error), invocation.env)}"))
         finally:
             protocol.close_quietly(handle, getattr(handle, "_sock", None), getattr(handle, "_response", None), wait)
             if self.container_id is not None and not exited:
@@ -154,9 +159,16 @@ class _Execution:
     def _describe(self, reason):
         return f'function "{self.invocation.function}" handler "{self.invocation.handler}": {reason}'
 
-    def _outcome(self, exit_code, timed_out=False, error=None):
+    def _outcome(self, exit_code, timed_out=False, error=None, engine_unavailable=False):
         return Outcome(ok=exit_code == 0 and error is None, exit_code=exit_code,
-                       duration=time.monotonic() - self.started, timed_out=timed_out, error=error)
+                       duration=time.monotonic() - self.started, timed_out=timed_out, error=error,
+                       engine_unavailable=engine_unavailable)
+
+
+def _is_unreachable(error):
+    """No connection to the engine, or no answer from it in time (it is stopping,
+    restarting or hung), as opposed to an answer that refused the request."""
+    return isinstance(error, (RequestsConnectionError, RequestsTimeout, ConnectionError, FileNotFoundError))
 
 
 def _log_outcome(invocation, outcome):

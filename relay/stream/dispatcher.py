@@ -4,7 +4,10 @@ For every target (functions by name, rules in file order) the stored state
 decides: completed and exhausted invocations are skipped, and an eligible one
 takes its concurrency slots, is claimed, and runs. A failure, an invocation
 still running elsewhere or waiting out its backoff, or a slot that stays
-busy stops the entry there, so later rules never run ahead of earlier ones. Then the entry is acknowledged when every target is complete,
+busy stops the entry there, so later rules never run ahead of earlier ones.
+An attempt that could not reach the Docker engine is not the handler's
+failure: its claim is undone, so it costs no attempt and the reclaimer
+brings the entry back once the engine is up. Then the entry is acknowledged when every target is complete,
 dead-lettered when every unfinished target is exhausted, and otherwise left
 pending for the reclaimer.
 """
@@ -101,6 +104,11 @@ class Dispatcher:
                 return CLAIMED_ELSEWHERE
             log.debug("Rule matched", extra=_attrs(plan, target, attempt=attempt))
             outcome = self._execute(plan, target, attempt)
+        if outcome.engine_unavailable:
+            self.store.release(plan.message_id, target.field, raw)
+            log.warning("Docker engine unreachable; attempt not charged, entry left pending",
+                        extra=_attrs(plan, target, attempt=attempt, error=outcome.error))
+            return (OPEN, attempt)
         return self._record(plan, target, attempt, outcome)
 
     def _execute(self, plan, target, attempt):
@@ -185,6 +193,7 @@ class _Failed:
     exit_code: int | None = None
     duration: float = 0.0
     timed_out: bool = False
+    engine_unavailable: bool = False
 
 
 def _attrs(plan, target, **more):

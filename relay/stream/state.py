@@ -57,6 +57,18 @@ class InvocationStore:
             return True
         return bool(claimed)
 
+    def release(self, message_id, field, previous):
+        """Undo a claim: put back the marker *previous* it replaced (none: remove the field)."""
+        key = self.key(message_id)
+        try:
+            if previous:
+                self.client.hset(key, field, previous)
+            else:
+                self.client.hdel(key, field)
+        except redis.RedisError as error:
+            log.warning("Cannot release invocation claim; it expires at its deadline",
+                        extra={"message_id": message_id, "field": field, "error": str(error)})
+
     def complete(self, message_id, field):
         self._write(message_id, field, markers.OK)
 
