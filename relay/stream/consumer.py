@@ -104,13 +104,20 @@ class Consumer:
                 outage.succeeded()
 
     def reclaim_once(self):
-        """Take over every entry idle longer than the idle time, as far as the buffer allows."""
+        """Take over every entry idle longer than the idle time, batch by batch
+        as the buffer frees up. A buffer that stays full for half an interval
+        ends the pass; the rest waits for the next one.
+
+        Waiting for space, rather than stopping at the first full buffer, is
+        what lets a fleet catch up after an outage left hundreds of entries
+        pending: one buffer's worth per interval would take hours.
+        """
         start = "0-0"
         while not self.stopping.is_set():
-            free = self.buffer.free()
-            if free <= 0:
+            if not self.buffer.wait_for_space(timeout=self.reclaim_interval / 2):
                 log.debug("Buffer full; reclaiming the rest next time")
                 return
+            free = self.buffer.free()
             next_start, entries, *_ = self.client.xautoclaim(
                 self.stream, self.group, self.consumer, min_idle_time=self.min_idle_ms, start_id=start, count=free)
             if entries:
