@@ -24,13 +24,27 @@ class ActiveFunction:
 
 
 class Catalog:
+    """The active functions, and the ones *waiting*: loaded with a valid
+    template but never built (their first build failed). Entries that match
+    a waiting function stay pending until it is built."""
+
     def __init__(self, functions=()):
         self._snapshot = ()
+        self._waiting = ()
         self.replace(functions)
 
     def snapshot(self):
         """The active functions, sorted by name; an immutable tuple."""
         return self._snapshot
+
+    def waiting(self):
+        """The functions (not ActiveFunctions) waiting for their first image; an immutable tuple."""
+        return self._waiting
+
+    def hold(self, function):
+        """Mark *function* as waiting for its first image."""
+        self._waiting = tuple(sorted([*(item for item in self._waiting if item.name != function.name), function],
+                                     key=lambda item: item.name))
 
     def replace(self, functions):
         self._snapshot = tuple(sorted(functions, key=lambda active: active.name))
@@ -38,6 +52,13 @@ class Catalog:
     def put(self, active):
         """Add or swap one function atomically."""
         self.replace([*(item for item in self._snapshot if item.name != active.name), active])
+        self._release(active.name)
 
     def remove(self, name):
+        """Forget *name*, active or waiting."""
         self.replace(item for item in self._snapshot if item.name != name)
+        self._release(name)
+
+    def _release(self, name):
+        if any(item.name == name for item in self._waiting):
+            self._waiting = tuple(item for item in self._waiting if item.name != name)

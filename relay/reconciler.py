@@ -177,6 +177,8 @@ class Reconciler:
             log.error("Invalid function; skipped" if active is None
                       else "Invalid function; the previous version keeps serving",
                       extra={"function": name, "path": str(directory), "error": str(error)})
+            if active is None:
+                self.catalog.remove(name)   # no longer waiting: its rules are unknown now
             self._fail(name, fingerprint, str(error), retry=False)
             return
         if name not in self.records:
@@ -191,6 +193,8 @@ class Reconciler:
                       extra={"function": name, "image": function.image})
             self._fail(name, function.fingerprint, str(error) or type(error).__name__, retry=True,
                        loaded=None if active else function)
+            if active is None:
+                self.catalog.hold(function)
             return
         self._activate(function, image, active)
 
@@ -235,8 +239,7 @@ class Reconciler:
         known = self.records.pop(name, None) is not None
         if active is None and not known:
             return
-        if active is not None:
-            self.catalog.remove(name)
+        self.catalog.remove(name)
         self._publish()
         log.info("Function removed", extra={"function": name})
         if active is not None:

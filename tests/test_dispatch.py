@@ -324,6 +324,21 @@ def test_an_unreachable_engine_keeps_a_retry_backoff_in_place(engine):
     assert engine.state(message_id)["orders/first.handler"] == waiting and engine.pending() == 1
 
 
+def test_an_entry_waits_for_a_matching_function_whose_first_build_failed(redis_client):
+    """Acknowledging it without that function would lose its work for good."""
+    engine = Engine(redis_client, [AUDIT])
+    engine.catalog.hold(ORDERS.function)
+    waiting = engine.publish({"kind": "order"})
+    engine.publish({"kind": "refund"})          # matches only the built function
+    engine.read()
+    assert engine.handlers_called() == [("audit", "audit.handler")] and engine.pending() == 1
+    engine.catalog.put(ORDERS)                  # built on a later pass
+    engine.redeliver(after=SECOND)
+    assert engine.pending() == 0 and engine.state(waiting) == {}
+    assert engine.handlers_called()[1:] == [("audit", "audit.handler"), ("orders", "first.handler"),
+                                            ("orders", "second.handler")]
+
+
 def test_missing_secret_fails_the_invocation(redis_client):
     from relay.secrets import SecretError
 

@@ -235,9 +235,11 @@ def test_removing_a_pending_function_drops_its_row(root, world):
     write(root, "flaky")
     world.builder.failing.add("flaky")
     world.reconciler.load_all()
+    assert [function.name for function in world.catalog.waiting()] == ["flaky"]
     shutil.rmtree(root / "flaky")
     world.reconciler.reconcile("flaky")
     assert world.reconciler.records == {} and world.retired == []
+    assert world.catalog.waiting() == ()
 
 
 def test_a_new_function_is_pending_while_it_builds_then_ready(root, world):
@@ -257,11 +259,13 @@ def test_a_pending_function_becomes_ready_on_a_later_pass(root, world):
     write(root, "flaky")
     world.builder.failing.add("flaky")
     world.reconciler.load_all()
+    assert world.names() == [] and [function.name for function in world.catalog.waiting()] == ["flaky"]
     world.builder.failing.clear()
     world.reconciler.rescan()
     world.reconciler._pool.join()
     record = world.reconciler.records["flaky"]
     assert (record.status, record.last_reconcile_status, record.last_error) == (READY, SUCCESS, None)
+    assert world.names() == ["flaky"] and world.catalog.waiting() == ()
     assert record.prepared_at is not None
 
 

@@ -138,7 +138,7 @@ class Consumer:
     # --- entries ------------------------------------------------------------------
 
     def accept(self, entries):
-        snapshot = self.catalog.snapshot()
+        snapshot, waiting = self.catalog.snapshot(), self.catalog.waiting()
         self.buffer.take(len(entries))
         finished, events = [], 0
         for raw_id, fields in entries:
@@ -147,7 +147,7 @@ class Consumer:
                 self.settler.ack([message_id])
                 self.buffer.release()
                 continue
-            entry = plan(message_id, fields, snapshot)
+            entry = plan(message_id, fields, snapshot, waiting)
             events += not entry.scheduled
             if entry.obsolete:
                 log.info("Schedule occurrence for a removed function or handler; acknowledged as obsolete",
@@ -159,6 +159,10 @@ class Consumer:
                     "message_id": message_id, "reason": entry.problem})
                 if self.settler.dead_letter(message_id, entry.payload, entry.problem, 0):
                     self.metrics.dlq_entries.inc()
+                self.buffer.release()
+            elif entry.waiting:
+                log.info("Entry matches a function whose image is not built yet; left pending", extra={
+                    "message_id": message_id, "functions": ",".join(entry.waiting)})
                 self.buffer.release()
             elif not entry.targets:
                 finished.append(message_id)

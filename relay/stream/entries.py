@@ -28,6 +28,7 @@ class Plan:
     problem: str | None = None   # why the entry can never succeed (malformed)
     scheduled: bool = False      # a schedule occurrence, not an event
     obsolete: bool = False       # a schedule occurrence whose function or handler is gone
+    waiting: tuple = ()          # names of matching functions whose image is not built yet
 
     @property
     def event_id(self):
@@ -38,11 +39,13 @@ class Plan:
         return _text(self.event.get("event_name")) if self.event else None
 
 
-def plan(message_id, fields, snapshot):
+def plan(message_id, fields, snapshot, waiting=()):
     """Decode *fields* and match the event against every rule of *snapshot*.
 
     Functions are taken in name order (the snapshot's order) and rules in
     file order; two matching rules with the same handler are both targets.
+    *waiting* are functions loaded but never built: an event one of them
+    matches must wait for it, not be acknowledged without it.
     """
     raw = None if fields is None else fields.get(EVENT_FIELD)
     if raw is None:
@@ -59,15 +62,17 @@ def plan(message_id, fields, snapshot):
         return Plan(message_id, payload, problem=f"the event is a JSON {type(event).__name__}, not an object")
     occurrence = fields.get(SCHEDULE_FIELD)
     if occurrence is not None:
-        return _scheduled(message_id, payload, event, occurrence, snapshot)
+        return _scheduled(message_id, payload, event, occurrence, snapshot, waiting)
     targets = tuple(Target(active, rule)
                     for active in snapshot
                     for rule in active.function.template.rules
                     if rule.pattern.matches(event))
-    return Plan(message_id, payload, event, targets)
+    blocked = tuple(function.name for function in waiting
+                    if any(rule.pattern.matches(event) for rule in function.template.rules))
+    return Plan(message_id, payload, event, targets, waiting=blocked)
 
 
-def _scheduled(message_id, payload, event, occurrence, snapshot):
+def _scheduled(message_id, payload, event, occurrence, snapshot, waiting):
     """A schedule occurrence runs exactly its function's handler; no pattern matching."""
     from relay.schedules import parse_occurrence_id
 
@@ -75,6 +80,8 @@ def _scheduled(message_id, payload, event, occurrence, snapshot):
     if parsed is None:
         return Plan(message_id, payload, event, problem=f"the 'schedule' field {occurrence!r} is not an occurrence id")
     function, handler, _scheduled_at = parsed
+    if any(pending.name == function for pending in waiting):
+        return Plan(message_id, payload, event, scheduled=True, waiting=(function,))
     targets = tuple(Target(active, schedule)
                     for active in snapshot if active.name == function
                     for schedule in active.function.template.schedules if schedule.handler == handler)
