@@ -248,7 +248,6 @@ def machine_info():
         "Machine": f"{cpu_model()}, {os.cpu_count()} cores, {memory()} memory, Linux {platform.release()}",
         "Python": f"{platform.python_version()} ({display_path(sys.executable)})",
         "Docker": docker_version(),
-        "Code": code_version(),
     }
 
 
@@ -325,11 +324,16 @@ def main(argv=None):
     started = datetime.now(timezone.utc)
     began = time.perf_counter()
     load_before = load_average()
+    code_before = code_version()
     benches = discover(options.bench_dir)
     if not benches:
         sys.exit(f"no benchmark found in {options.bench_dir}")
     outcomes = [run_bench(path, options.quick, options.timeout) for path in benches]
-    machine = {**machine_info(), "Load average (1, 5, 15 min)": f"{load_before} at the start, {load_average()} at the end"}
+    code_after = code_version()
+    code = code_before if code_after == code_before else \
+        f"{code_before} at the start; {code_after} at the end (the tree changed during the run)"
+    machine = {**machine_info(), "Code": code,
+               "Load average (1, 5, 15 min)": f"{load_before} at the start, {load_average()} at the end"}
     block = render(outcomes, machine, command, started, time.perf_counter() - began)
     print(block, end="")
     if options.write:
