@@ -120,7 +120,7 @@ class Supervisor:
         from relay.metrics import Metrics
         from relay.runtime.executor import Executor
         from relay.runtime.leases import ImageLeases
-        from relay.runtime.sweep import sweep_orphans
+        from relay.runtime.sweep import Leftovers, sweep_orphans
         from relay.secrets import FileSecretStore, environment
         from relay.stream.consumer import Buffer, Consumer
         from relay.stream.dispatcher import Dispatcher
@@ -132,6 +132,8 @@ class Supervisor:
         config, client = self.config, self.redis
         self.metrics = metrics = Metrics()
         sweep_orphans(self.docker, config.consumer)
+        leftovers = Leftovers(self.docker)
+        self._spawn_services([leftovers])
         self.catalog = Catalog()
         self.leases = ImageLeases()
         self._load_functions()
@@ -142,7 +144,7 @@ class Supervisor:
         dispatcher = Dispatcher(
             store=InvocationStore(client, config.stream, config.group),
             settler=settler,
-            executor=Executor(self.docker, config.consumer),
+            executor=Executor(self.docker, config.consumer, leftovers=leftovers),
             slots=Slots(config.max_concurrency, on_wait=metrics.concurrency_waits.inc),
             metrics=metrics,
             environment=lambda function: environment(function, secrets),

@@ -1,12 +1,16 @@
-"""The orphan sweep at start: only this host's Relay containers, within a deadline."""
+"""The orphan sweep at start (only this host's Relay containers, within a deadline),
+and the retries of removals that met an unreachable engine."""
 
+import io
 import logging
 import time
 
 import pytest
 from docker.errors import NotFound
 
-from relay.runtime.sweep import sweep_orphans
+from relay.durations import SECOND
+from relay.runtime.executor import Executor, Invocation
+from relay.runtime.sweep import Leftovers, sweep_orphans
 from tests.runtime_helpers import token
 
 
@@ -102,3 +106,28 @@ def test_sweep_does_not_wait_for_a_hung_engine_past_its_deadline(caplog):
     assert sweep_orphans(Client(SlowAPI(list_delay=3)), "me", deadline_seconds=0.3) == 0
     assert time.monotonic() - started < 1.0
     assert "did not finish in time" in caplog.text
+
+
+def test_leftovers_are_removed_once_the_engine_answers(docker_engine, make_container):
+    """A container whose backstop removal met an unreachable engine is retried
+    by reference (its id, or the name it was created under) until it is gone."""
+    created = make_container({"relay.function": "f", "relay.hostname": token()}, "created")
+    leftovers = Leftovers(docker_engine)
+    leftovers.add(created, {"function": "f"})
+    leftovers.add(f"relay-f-{token()}")          # a create whose reply was lost: nothing by that name
+    leftovers.retry()
+    assert not exists(docker_engine, created) and len(leftovers) == 0
+
+
+def test_an_unreachable_engine_hands_the_container_name_to_leftovers():
+    import docker
+
+    client = docker.DockerClient(base_url="unix:///nonexistent/docker.sock", version="1.41", timeout=2)
+    leftovers = Leftovers(client)
+    outcome = Executor(client, "host-x", output=io.StringIO(), leftovers=leftovers).run(
+        Invocation(function="f", handler="h.handler", image="relay-fn-f:0", payload=b"{}", timeout=5 * SECOND))
+    assert outcome.engine_unavailable
+    (reference,) = leftovers._references
+    assert reference.startswith("relay-f-")
+    leftovers.retry()                           # still unreachable: kept for the next pass
+    assert len(leftovers) == 1

@@ -67,14 +67,17 @@ class Outcome:
 
 
 class Executor:
-    def __init__(self, docker_client, hostname, output=None, *, leases=None):
+    def __init__(self, docker_client, hostname, output=None, *, leases=None, leftovers=None):
         """*output* receives the handlers' lines (default: sys.stdout as it is
         now); *leases* (an ImageLeases), when given, protects each
-        invocation's image from garbage collection while it runs."""
+        invocation's image from garbage collection while it runs;
+        *leftovers* (a sweep.Leftovers), when given, takes the containers
+        that could not be removed because the engine was unreachable."""
         self._api = docker_client.api
         self._hostname = hostname
         self._output = output if output is not None else sys.stdout
         self._leases = leases
+        self._leftovers = leftovers
         self._host_config = host_config(self._api)
 
     def run(self, invocation):
@@ -93,6 +96,8 @@ class _Execution:
         self.started = started
         self.deadline = started + invocation.timeout / 1e9
         self.container_id = None
+        self.name = container_name(invocation.function)
+        self.unreachable = False
 
     def run(self):
         invocation = self.invocation
@@ -115,14 +120,13 @@ class _Execution:
         except ExecutionError as error:
             return self._outcome(None, error=self._describe(redact(str(error), invocation.env)))
         except (DockerException, RequestException, OSError) as error:
-            unreachable = _is_unreachable(error)
+            unreachable = self.unreachable = _is_unreachable(error)
             return self._outcome(None, engine_unavailable=unreachable, error=self._describe(
                 f"the Docker engine {'is unreachable' if unreachable else 'failed'}: "
                 f"{redact(_reason(error), invocation.env)}"))
         finally:
             protocol.close_quietly(handle, getattr(handle, "_sock", None), getattr(handle, "_response", None), wait)
-            if self.container_id is not None and not exited:
-                remove_container(self.api, self.container_id, _attributes(invocation))
+            self._clean_up(exited)
             forwarder.close()
             if forwarder.failed is not None:
                 log.warning("Handler output could not be written; lines were dropped",
@@ -136,7 +140,7 @@ class _Execution:
         try:
             created = self.api.create_container(
                 invocation.image,
-                name=container_name(invocation.function),
+                name=self.name,
                 user=USER,
                 stdin_open=True,  # with detach=False: attach stdin, close it after our end-of-file
                 environment={**invocation.env, "RELAY_HANDLER": invocation.handler},
@@ -147,6 +151,16 @@ class _Execution:
         except ImageNotFound:
             raise ExecutionError(f"image {invocation.image} does not exist") from None
         return created["Id"]
+
+    def _clean_up(self, exited):
+        """The backstop removal. Without a container id after an unreachable
+        engine, the create may still have happened: the name identifies it."""
+        reference = self.container_id or (self.name if self.unreachable else None)
+        if reference is None or exited:
+            return
+        leftovers = self.executor._leftovers
+        if not remove_container(self.api, reference, _attributes(self.invocation)) and leftovers is not None:
+            leftovers.add(reference, _attributes(self.invocation))
 
     def _start(self):
         try:

@@ -11,6 +11,7 @@ stops and says how many were left.
 import logging
 import threading
 import time
+from threading import Event
 
 from docker.errors import APIError
 from requests.exceptions import RequestException
@@ -73,3 +74,43 @@ class _Sweep:
     def _owned(self, labels):
         """Checked again here: the engine's filter is the first line, not the only one."""
         return FUNCTION_LABEL in labels and labels.get(HOSTNAME_LABEL) == self.hostname
+
+
+LEFTOVER_RETRY_INTERVAL = 30.0  # seconds
+
+
+class Leftovers:
+    """Execution containers whose removal failed because the engine could not
+    be reached, removed again every interval until the engine confirms it.
+
+    A container created just before an engine restart would otherwise stay
+    (as "Created": AutoRemove only acts on containers that ran) until this
+    worker restarts and sweeps its orphans.
+    """
+
+    def __init__(self, docker_client, interval=LEFTOVER_RETRY_INTERVAL):
+        self._api = docker_client.api
+        self._references = {}   # container id or name → log context
+        self.interval = interval
+        self.stopping = Event()
+
+    def add(self, reference, context=None):
+        self._references[reference] = context or {}
+
+    def __len__(self):
+        return len(self._references)
+
+    def retry(self):
+        for reference, context in list(self._references.items()):
+            if remove_container(self._api, reference, context):
+                del self._references[reference]
+                log.info("Removed a container left behind while the engine was unreachable",
+                         extra={**context, "container": reference[:12]})
+
+    def loop(self):
+        while not self.stopping.wait(self.interval):
+            if self._references:
+                self.retry()
+
+    def stop(self):
+        self.stopping.set()
