@@ -131,3 +131,18 @@ def test_an_unreachable_engine_hands_the_container_name_to_leftovers():
     assert reference.startswith("relay-f-")
     leftovers.retry()                           # still unreachable: kept for the next pass
     assert len(leftovers) == 1
+
+
+def test_a_name_whose_create_was_never_answered_is_watched_for_its_grace(docker_engine):
+    """A hung engine may carry out the create after Relay gave up on it."""
+    now = [0.0]
+    leftovers = Leftovers(docker_engine, clock=lambda: now[0])
+    name = f"relay-late-{token()}"
+    leftovers.add(name, grace=60.0)
+    leftovers.retry()                            # nothing by that name yet: kept
+    assert len(leftovers) == 1
+    docker_engine.api.create_container("python:3.14-slim", name=name, command=["true"],
+                                       host_config=docker_engine.api.create_host_config(network_mode="none"))
+    now[0] = 61.0
+    leftovers.retry()
+    assert not exists(docker_engine, name) and len(leftovers) == 0

@@ -33,6 +33,7 @@ from relay.durations import format_duration
 from relay.errors import ExecutionError
 from relay.runtime import protocol
 from relay.runtime.containers import USER, container_name, host_config, labels, remove_container
+from relay.runtime.sweep import UNCONFIRMED_CREATE_GRACE
 from relay.runtime.output import OutputForwarder, prefix
 
 log = logging.getLogger("relay.runtime.executor")
@@ -155,12 +156,16 @@ class _Execution:
     def _clean_up(self, exited):
         """The backstop removal. Without a container id after an unreachable
         engine, the create may still have happened: the name identifies it."""
-        reference = self.container_id or (self.name if self.unreachable else None)
-        if reference is None or exited:
+        if exited:
             return
-        leftovers = self.executor._leftovers
-        if not remove_container(self.api, reference, _attributes(self.invocation)) and leftovers is not None:
-            leftovers.add(reference, _attributes(self.invocation))
+        leftovers, context = self.executor._leftovers, _attributes(self.invocation)
+        if self.container_id is not None:
+            if not remove_container(self.api, self.container_id, context) and leftovers is not None:
+                leftovers.add(self.container_id, context)
+        elif self.unreachable:
+            remove_container(self.api, self.name, context)
+            if leftovers is not None:     # the create may land later: look again after the grace
+                leftovers.add(self.name, context, grace=UNCONFIRMED_CREATE_GRACE)
 
     def _start(self):
         try:

@@ -77,6 +77,7 @@ class _Sweep:
 
 
 LEFTOVER_RETRY_INTERVAL = 30.0  # seconds
+UNCONFIRMED_CREATE_GRACE = 60.0  # seconds a create the engine never answered may still take to land
 
 
 class Leftovers:
@@ -85,24 +86,28 @@ class Leftovers:
 
     A container created just before an engine restart would otherwise stay
     (as "Created": AutoRemove only acts on containers that ran) until this
-    worker restarts and sweeps its orphans.
+    worker restarts and sweeps its orphans. A create the engine never
+    answered is known only by its name, and a hung engine may still carry
+    it out later: such a name is kept until its grace period is over and
+    the engine then says it is gone.
     """
 
-    def __init__(self, docker_client, interval=LEFTOVER_RETRY_INTERVAL):
+    def __init__(self, docker_client, interval=LEFTOVER_RETRY_INTERVAL, clock=time.monotonic):
         self._api = docker_client.api
-        self._references = {}   # container id or name → log context
+        self._references = {}   # container id or name → (log context, not gone before this time)
         self.interval = interval
+        self.clock = clock
         self.stopping = Event()
 
-    def add(self, reference, context=None):
-        self._references[reference] = context or {}
+    def add(self, reference, context=None, grace=0.0):
+        self._references[reference] = (context or {}, self.clock() + grace)
 
     def __len__(self):
         return len(self._references)
 
     def retry(self):
-        for reference, context in list(self._references.items()):
-            if remove_container(self._api, reference, context):
+        for reference, (context, settled_at) in list(self._references.items()):
+            if remove_container(self._api, reference, context) and self.clock() >= settled_at:
                 del self._references[reference]
                 log.info("Removed a container left behind while the engine was unreachable",
                          extra={**context, "container": reference[:12]})

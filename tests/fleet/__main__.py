@@ -1,0 +1,68 @@
+"""Run the fleet under faults and print its summary table.
+
+    .venv/bin/python -m tests.fleet [--runs 3] [--events 2000] [--seconds 150]
+                                    [--pyz relay.pyz] [--root /var/tmp/relay-fleet]
+                                    [--seed N] [--write docs/fleet.md]
+
+Without --pyz it builds relay.pyz first (build_zipapp.py). It needs what
+scripts/setup installs (dockerd, redis-server, the local base images) and root
+(namespaces, a private dockerd). Exits 1 unless every run passed.
+"""
+
+import argparse
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from tests.fleet.report import machine, summary_table, write_section
+from tests.fleet.run import DEFAULT_ROOT, Fleet
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(prog="python -m tests.fleet", description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--events", type=int, default=2000)
+    parser.add_argument("--seconds", type=float, default=150.0, help="how long the producer adds events")
+    parser.add_argument("--pyz", type=Path)
+    parser.add_argument("--root", type=Path, default=DEFAULT_ROOT)
+    parser.add_argument("--seed", type=int, default=None)
+    parser.add_argument("--write", type=Path, help="replace the summary section of this markdown file")
+    args = parser.parse_args(argv)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))   # so each run's cleanup runs
+
+    pyz = args.pyz or build_pyz(args.root)
+    reports = []
+    for number in range(1, args.runs + 1):
+        seed = args.seed + number if args.seed is not None else int(time.time())
+        print(f"fleet: run {number}/{args.runs} (seed {seed})", flush=True)
+        report = Fleet(pyz, args.root, seed).run(args.events, args.seconds,
+                                                 progress=lambda text: print(text, flush=True))
+        reports.append(report)
+        for problem in report.verdict.problems[:50]:
+            print(f"fleet: FAIL: {problem}", flush=True)
+        print(f"fleet: run {number}: {'passed' if report.verdict.passed else 'FAILED'}", flush=True)
+    table = summary_table(reports)
+    command = "python -m tests.fleet " + " ".join(sys.argv[1:] if argv is None else argv)
+    print()
+    print(table)
+    print(f"\n{machine()}; {time.strftime('%Y-%m-%d')}; `{command.strip()}`")
+    if args.write:
+        write_section(args.write, table, command.strip())
+    return 0 if all(report.verdict.passed for report in reports) else 1
+
+
+def build_pyz(root):
+    output = root / "relay.pyz"
+    root.mkdir(parents=True, exist_ok=True)
+    print(f"fleet: building {output}", flush=True)
+    subprocess.run([sys.executable, str(ROOT / "build_zipapp.py"), "-o", str(output)], check=True,
+                   stdout=subprocess.DEVNULL)
+    return output
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,144 @@
+"""The fleet's functions and the events that exercise them.
+
+Every handler prints one mark line per execution, ``FLEET-MARK <function>
+<seq> <outcome>``; Relay forwards it prefixed with the message id, so the
+verdict can count executions per entry from the workers' output alone.
+
+kind     functions that run                 ends
+ok       fleet-py (+ fleet-node if eu)      acked
+flaky    the above + fleet-flaky            acked, or DLQ if 3 random failures in a row
+poison   the above + fleet-poison           DLQ after 2 attempts
+hang     the above + fleet-hang             DLQ after 2 attempts, each cut at 3s
+"""
+
+from pathlib import Path
+
+KINDS = ("ok", "flaky", "poison", "hang")
+FAILING_FOREVER = {"poison": "fleet-poison", "hang": "fleet-hang"}
+ATTEMPTS = {"fleet-poison": 2, "fleet-hang": 2, "fleet-flaky": 3}
+
+_PYTHON_MARK = '''import random
+import time
+
+FUNCTION = NAME
+
+
+def mark(event, outcome):
+    print(f"FLEET-MARK {FUNCTION} {event['seq']} {outcome}", flush=True)
+'''
+
+FUNCTIONS = {
+    "fleet-py": {
+        "template.yaml": """runtime: python3.14
+events:
+  - handler: handler.record
+    pattern:
+      event_name: [fleet.order]
+    timeout: 10s
+    retries: 2
+""",
+        "handler.py": _PYTHON_MARK.replace("NAME", '"fleet-py"') + '''
+
+def record(event):
+    mark(event, "ok")
+''',
+    },
+    "fleet-node": {
+        "template.yaml": """runtime: node24
+events:
+  - handler: handler.record
+    pattern:
+      event_name: [fleet.order]
+      region: [eu]
+    timeout: 10s
+    retries: 2
+""",
+        "handler.js": """export function record(event) {
+  console.log(`FLEET-MARK fleet-node ${event.seq} ok`);
+}
+""",
+    },
+    "fleet-flaky": {
+        "template.yaml": """runtime: python3.14
+events:
+  - handler: handler.maybe
+    pattern:
+      kind: [flaky]
+    timeout: 10s
+    retries: 2
+""",
+        "handler.py": _PYTHON_MARK.replace("NAME", '"fleet-flaky"') + '''
+
+def maybe(event):
+    if random.random() < 0.3:
+        mark(event, "fail")
+        raise RuntimeError("flaky: failed at random")
+    mark(event, "ok")
+''',
+    },
+    "fleet-poison": {
+        "template.yaml": """runtime: python3.14
+events:
+  - handler: handler.reject
+    pattern:
+      kind: [poison]
+    timeout: 10s
+    retries: 1
+""",
+        "handler.py": _PYTHON_MARK.replace("NAME", '"fleet-poison"') + '''
+
+def reject(event):
+    mark(event, "fail")
+    raise ValueError("poison: this event can never succeed")
+''',
+    },
+    "fleet-hang": {
+        "template.yaml": """runtime: python3.14
+events:
+  - handler: handler.hang
+    pattern:
+      kind: [hang]
+    timeout: 3s
+    retries: 1
+""",
+        "handler.py": _PYTHON_MARK.replace("NAME", '"fleet-hang"') + '''
+
+def hang(event):
+    mark(event, "start")
+    time.sleep(600)
+''',
+    },
+}
+
+
+def write_functions(root):
+    for name, files in FUNCTIONS.items():
+        directory = Path(root) / name
+        directory.mkdir(parents=True, exist_ok=True)
+        for filename, text in files.items():
+            (directory / filename).write_text(text)
+
+
+def expected_functions(event):
+    """The functions whose handlers must run for *event*."""
+    names = ["fleet-py"]
+    if event["region"] == "eu":
+        names.append("fleet-node")
+    if event["kind"] != "ok":
+        names.append(f"fleet-{event['kind']}")
+    return names
+
+
+def make_event(run_id, seq, rng):
+    kind = rng.choices(KINDS, weights=(80, 10, 5, 5))[0]
+    return {"event_id": f"{run_id}-{seq}", "event_name": "fleet.order", "seq": seq, "kind": kind,
+            "region": rng.choice(("eu", "us")), "amount": rng.randint(1, 10_000)}
+
+
+MALFORMED = (
+    {"note": "no event field"},
+    {"event": "{not json"},
+    {"event": "[1, 2, 3]"},
+    {"event": '"a string"'},
+    {"event": ""},
+)

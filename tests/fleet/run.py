@@ -1,0 +1,175 @@
+"""One fleet run: services, three workers, the producer and the faults, then the verdict."""
+
+import random
+import shutil
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import redis
+
+from tests.fleet.errors import FleetError
+from tests.fleet.faults import Faults
+from tests.fleet.functions import write_functions
+from tests.fleet.producer import Producer
+from tests.fleet.services import PersistentRedis, PrivateDocker
+from tests.fleet.verdict import judge
+from tests.fleet.workers import FleetWorker, prepare_mount_points, worker_environment
+
+HOSTNAMES = ("fleet-a", "fleet-b", "fleet-c")
+BASE_IMAGES = ("python:3.14-slim", "node:24-alpine")
+DRAIN_TIMEOUT = 25 * 60
+DEFAULT_ROOT = Path("/var/tmp/relay-fleet")
+KEEP_RUNS = 3   # run directories (logs, Redis files) kept for a look afterwards
+
+
+@dataclass
+class RunReport:
+    verdict: object
+    seconds: float
+    drain_seconds: float
+    faults: list
+    exit_codes: dict
+    restarts: int
+    exits: int          # of those restarts, after the worker exited on its own
+    retried_adds: int
+    error_lines: int
+    run_dir: Path
+    notes: list = field(default_factory=list)
+
+
+class Fleet:
+    def __init__(self, pyz, root, seed):
+        self.root = Path(root)
+        self.run_dir = self.root / time.strftime("run-%Y%m%d-%H%M%S")
+        self.rng = random.Random(seed)
+        self.pyz = pyz
+        self.docker = PrivateDocker(self.root / "docker")
+        self.redis = PersistentRedis(self.run_dir / "redis")
+        self.workers = []
+        self.producer = None
+
+    def run(self, events, seconds, progress=print):
+        started = time.monotonic()
+        try:
+            return self._run(events, seconds, progress, started)
+        finally:
+            for worker in self.workers:
+                if worker.process and worker.process.poll() is None:
+                    worker.process.kill()
+            self.redis.stop()
+            self.docker.stop()
+
+    def _run(self, events, seconds, progress, started):
+        for old in sorted(self.root.glob("run-*"))[:-KEEP_RUNS + 1 or None]:
+            shutil.rmtree(old, ignore_errors=True)
+        progress(f"fleet: run directory {self.run_dir}")
+        self.docker.forget_networking()
+        self.docker.start()
+        self.docker.load_images(BASE_IMAGES)
+        self._clean_engine()
+        self.redis.start()
+        functions_dir = self.run_dir / "functions"
+        write_functions(functions_dir)
+        prepare_mount_points()
+        environment = worker_environment(self.redis.address, self.docker.host, self.run_dir / "pyz-cache")
+        self.workers = [FleetWorker(name, self.pyz, functions_dir, self.run_dir, environment) for name in HOSTNAMES]
+        for worker in self.workers:
+            worker.start()
+        for worker in self.workers:
+            worker.wait_started()
+        progress(f"fleet: {len(self.workers)} workers started in {time.monotonic() - started:.0f}s; "
+                 f"adding {events} events over {seconds}s under faults")
+
+        self.producer = Producer(self.redis, self.run_dir.name, self.rng)
+        faults = Faults(self, self.rng)
+        supervising = threading.Event()
+        supervisor = threading.Thread(target=self._supervise, args=(supervising, progress), daemon=True)
+        supervisor.start()
+        threads = [threading.Thread(target=self.producer.run, args=(events, seconds), daemon=True),
+                   threading.Thread(target=faults.run, args=(seconds / 150,), daemon=True)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        if faults.errors:
+            raise FleetError(f"a fault could not be applied: {faults.errors[0]}")
+        for name, at, took, detail in faults.record:
+            progress(f"fleet: fault at {at:6.1f}s ({took:4.1f}s): {name} — {detail}")
+
+        drain_started = time.monotonic()
+        self._wait_drained(progress)
+        drain_seconds = time.monotonic() - drain_started
+        supervising.set()
+        supervisor.join()
+        exit_codes = {worker.hostname: worker.stop() for worker in self.workers}
+        progress(f"fleet: drained in {drain_seconds:.0f}s; workers stopped {exit_codes}")
+
+        client = self.redis.client()
+        outputs = [path for worker in self.workers for path in worker.outputs()]
+        verdict = judge(client=client, produced=self.producer.events, output_paths=outputs, hostnames=HOSTNAMES)
+        client.close()
+        for hostname, code in exit_codes.items():
+            if code != 0:
+                verdict.fail(f"worker {hostname} exited with {code} after SIGTERM")
+        self._judge_engine(verdict)
+        return RunReport(
+            verdict=verdict, seconds=time.monotonic() - started, drain_seconds=drain_seconds,
+            faults=faults.record, exit_codes=exit_codes,
+            restarts=sum(worker.incarnation - 1 for worker in self.workers),
+            exits=sum(len(worker.exits) for worker in self.workers),
+            retried_adds=self.producer.retried_adds,
+            error_lines=sum(log.read_text(errors="replace").count("level=ERROR")
+                            for worker in self.workers for log in worker.logs()),
+            run_dir=self.run_dir)
+
+    def _supervise(self, done, progress):
+        while not done.wait(1.0):
+            for worker in self.workers:
+                code = worker.restart_if_exited()
+                if code is not None:
+                    progress(f"fleet: worker {worker.hostname} exited with {code}; restarted as a service manager would")
+
+    def _clean_engine(self):
+        """Each run starts from an engine without containers or function images,
+        so the three workers build the images together, from cold."""
+        containers = self.docker.docker("ps", "-aq").stdout.split()
+        if containers:
+            self.docker.docker("rm", "-f", *containers)
+        images = self.docker.docker("images", "-q", "--filter", "label=relay.build.kind=function").stdout.split()
+        if images:
+            self.docker.docker("rmi", "-f", *sorted(set(images)))
+
+    def _wait_drained(self, progress):
+        """Until every entry was delivered and nothing is pending, three checks in a row."""
+        client = self.redis.client(socket_timeout=5)
+        deadline = time.monotonic() + DRAIN_TIMEOUT
+        quiet, last_report = 0, 0.0
+        while quiet < 3:
+            if time.monotonic() > deadline:
+                raise FleetError(f"the fleet did not drain within {DRAIN_TIMEOUT}s")
+            try:
+                pending = client.xpending("events", "relay")["pending"]
+                lag = next((info.get("lag") for info in client.xinfo_groups("events")
+                            if info["name"] == b"relay"), None)
+            except redis.RedisError:
+                pending = lag = None
+            quiet = quiet + 1 if pending == 0 and lag == 0 else 0
+            if time.monotonic() - last_report > 30:
+                progress(f"fleet: draining: {pending} pending, {lag} not yet delivered")
+                last_report = time.monotonic()
+            time.sleep(1)
+        client.close()
+
+    def _judge_engine(self, verdict):
+        containers = self.docker.docker(
+            "ps", "-a", "--filter", "label=relay.function", "--format",
+            '{{.ID}} {{.Status}} host={{.Label "relay.hostname"}} function={{.Label "relay.function"}} '
+            'message={{.Label "relay.message_id"}} created={{.CreatedAt}}').stdout.splitlines()
+        if containers:
+            verdict.fail(f"{len(containers)} execution containers left behind: " + "; ".join(containers[:8]))
+        dangling = self.docker.docker("images", "-q", "--filter", "dangling=true",
+                                      "--filter", "label=relay.build.kind=function").stdout.split()
+        if dangling:
+            verdict.fail(f"{len(dangling)} dangling relay-fn images left behind")

@@ -1,0 +1,26 @@
+"""Three relay.pyz workers under faults, once per test run; ``python -m
+tests.fleet`` runs the same fleet several times and prints the summary table."""
+
+import shutil
+import time
+
+from tests.fleet.report import summary_table
+from tests.fleet.run import Fleet
+
+EVENTS, SECONDS = 2000, 150
+
+
+def test_a_fleet_under_faults_loses_nothing(pyz, tmp_path_factory):
+    root = tmp_path_factory.mktemp("fleet")
+    seed = int(time.time())
+    print(f"fleet seed {seed}")
+    try:
+        report = Fleet(pyz, root, seed).run(EVENTS, SECONDS)
+    finally:
+        shutil.rmtree(root / "docker", ignore_errors=True)   # the private engine's images and layers
+    print(summary_table([report]))
+    verdict = report.verdict
+    assert verdict.passed, f"seed {seed}, logs in {report.run_dir}:\n" + "\n".join(verdict.problems[:40])
+    assert (verdict.events, verdict.lost) == (EVENTS, 0)
+    assert verdict.malformed == 30 and verdict.dlq >= verdict.malformed
+    assert report.restarts - report.exits == 2 and len(report.faults) == 8

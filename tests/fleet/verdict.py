@@ -1,0 +1,185 @@
+"""The verdict of a fleet run, from Redis and the workers' output alone.
+
+Every stream entry is judged on its own: a well-formed event's handlers must
+each have run at least once for that entry, and the entry must be acked, in
+the DLQ exactly once if and only if one of its handlers could never succeed.
+Malformed entries must be in the DLQ exactly once and run nothing.
+"""
+
+import json
+import re
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from tests.fleet.functions import ATTEMPTS, FAILING_FOREVER, expected_functions
+
+MARK = re.compile(r'message "(?P<message>[^"]+)".*?: FLEET-MARK (?P<function>\S+) (?P<seq>\d+) (?P<outcome>\w+)$')
+DLQ_FIELDS = {"original_stream", "original_id", "group", "consumer", "event", "reason", "attempts", "timestamp"}
+
+
+@dataclass
+class Verdict:
+    events: int = 0                 # events the producer had acknowledged
+    entries: int = 0                # stream entries, malformed ones included
+    malformed: int = 0
+    executions: int = 0             # handler runs seen (marks)
+    duplicates: int = 0             # successful runs beyond the first, per entry and function
+    producer_duplicates: int = 0    # events added twice by the producer's own retries
+    dlq: int = 0
+    dlq_expected: int = 0
+    lost: int = 0
+    problems: list = field(default_factory=list)
+
+    @property
+    def passed(self):
+        return not self.problems
+
+    def fail(self, text):
+        self.problems.append(text)
+
+
+def parse_marks(paths):
+    """(message id, function) → Counter of outcomes."""
+    marks = defaultdict(Counter)
+    for path in paths:
+        for line in path.read_text(errors="replace").splitlines():
+            found = MARK.search(line)
+            if found:
+                marks[found["message"], found["function"]][found["outcome"]] += 1
+    return marks
+
+
+def judge(*, client, produced, output_paths, hostnames, stream="events", group="relay"):
+    verdict = Verdict(events=len(produced))
+    entries = [(message_id.decode(), {k.decode(): v.decode() for k, v in fields.items()})
+               for message_id, fields in client.xrange(stream)]
+    verdict.entries = len(entries)
+    dlq = [{k.decode(): v.decode() for k, v in fields.items()} for _, fields in client.xrange(f"relay:{stream}:dlq")]
+    verdict.dlq = len(dlq)
+    dlq_by_id = defaultdict(list)
+    for record in dlq:
+        dlq_by_id[record.get("original_id")].append(record)
+    marks = parse_marks(output_paths)
+    verdict.executions = sum(sum(outcomes.values()) for outcomes in marks.values())
+
+    seen_seqs = Counter()
+    for message_id, fields in entries:
+        event = _event(fields)
+        records = dlq_by_id.pop(message_id, [])
+        if len(records) > 1:
+            verdict.fail(f"{message_id}: dead-lettered {len(records)} times")
+        if event is None:
+            verdict.malformed += 1
+            verdict.dlq_expected += 1
+            _judge_malformed(verdict, message_id, fields, records, marks)
+            continue
+        seen_seqs[event["seq"]] += 1
+        _judge_event(verdict, message_id, fields, event, records, marks, hostnames)
+
+    for message_id in dlq_by_id:
+        verdict.fail(f"DLQ entry for {message_id}, which is not in the stream")
+    verdict.lost = sum(1 for seq in produced if seq not in seen_seqs)
+    if verdict.lost:
+        missing = sorted(seq for seq in produced if seq not in seen_seqs)[:10]
+        verdict.fail(f"{verdict.lost} acknowledged events are not in the stream (first: {missing})")
+    verdict.producer_duplicates = sum(count - 1 for count in seen_seqs.values())
+
+    pending = client.xpending(stream, group)["pending"]
+    if pending:
+        verdict.fail(f"{pending} entries still pending (PEL not empty)")
+    lag = _undelivered(client, stream, group)
+    if lag:
+        verdict.fail(f"{lag} entries never delivered to the group")
+    leftover = list(client.scan_iter(match="relay:invocation:*", count=1000))
+    if leftover:
+        verdict.fail(f"{len(leftover)} invocation-state keys left behind (e.g. {leftover[0].decode()})")
+    if verdict.dlq != verdict.dlq_expected:
+        verdict.fail(f"DLQ holds {verdict.dlq} entries, {verdict.dlq_expected} expected")
+    return verdict
+
+
+def _event(fields):
+    try:
+        event = json.loads(fields["event"])
+    except (KeyError, ValueError):
+        return None
+    return event if isinstance(event, dict) else None
+
+
+def _judge_malformed(verdict, message_id, fields, records, marks):
+    if len(records) != 1:
+        verdict.fail(f"malformed entry {message_id}: {len(records)} DLQ entries, 1 expected")
+        return
+    record = records[0]
+    if record.get("event") != fields.get("event", ""):
+        verdict.fail(f"malformed entry {message_id}: DLQ event {record.get('event')!r} differs from the entry")
+    if not record.get("reason"):
+        verdict.fail(f"malformed entry {message_id}: DLQ entry has no reason")
+    if any(key[0] == message_id for key in marks):
+        verdict.fail(f"malformed entry {message_id}: a handler ran for it")
+
+
+def _judge_event(verdict, message_id, fields, event, records, marks, hostnames):
+    functions = expected_functions(event)
+    failing = FAILING_FOREVER.get(event["kind"])
+    for function in functions:
+        outcomes = marks.get((message_id, function), Counter())
+        if function == "fleet-hang":
+            continue    # a start cut off before its first line prints no mark; its DLQ entry proves its attempts
+        if not outcomes:
+            verdict.fail(f"{message_id} (seq {event['seq']}): {function} never ran")
+            continue
+        if function != failing:
+            verdict.duplicates += max(0, outcomes["ok"] - 1)
+    for function in functions:
+        if function in ("fleet-py", "fleet-node") and not marks.get((message_id, function), Counter())["ok"]:
+            verdict.fail(f"{message_id} (seq {event['seq']}): {function} never succeeded")
+
+    if failing is None and event["kind"] == "flaky":
+        flaky = marks.get((message_id, "fleet-flaky"), Counter())
+        if records and not flaky["fail"]:
+            verdict.fail(f"{message_id} (seq {event['seq']}): dead-lettered, yet fleet-flaky never failed")
+        if not records and not flaky["ok"]:
+            verdict.fail(f"{message_id} (seq {event['seq']}): acked, yet fleet-flaky never succeeded")
+        failing = "fleet-flaky" if records else None
+    if failing is None:
+        if records:
+            verdict.fail(f"{message_id} (seq {event['seq']}, {event['kind']}): dead-lettered although it succeeded")
+        return
+    verdict.dlq_expected += 1
+    if len(records) != 1:
+        verdict.fail(f"{message_id} (seq {event['seq']}, {event['kind']}): {len(records)} DLQ entries, 1 expected")
+        return
+    _check_dlq_record(verdict, message_id, fields, records[0], failing, hostnames)
+
+
+def _check_dlq_record(verdict, message_id, fields, record, function, hostnames):
+    where = f"DLQ entry for {message_id}"
+    missing = DLQ_FIELDS - record.keys()
+    if missing:
+        verdict.fail(f"{where}: missing fields {sorted(missing)}")
+    expected = {"original_stream": "events", "group": "relay", "event": fields["event"]}
+    for key, value in expected.items():
+        if record.get(key) != value:
+            verdict.fail(f"{where}: {key} is {record.get(key)!r}, expected {value!r}")
+    if record.get("consumer") not in hostnames:
+        verdict.fail(f"{where}: consumer {record.get('consumer')!r} is not a fleet worker")
+    if record.get("attempts") != str(ATTEMPTS[function]):
+        verdict.fail(f"{where}: attempts {record.get('attempts')!r}, expected {ATTEMPTS[function]} ({function})")
+    if not record.get("reason"):
+        verdict.fail(f"{where}: no reason")
+    try:
+        datetime.fromisoformat(record.get("timestamp", "").replace("Z", "+00:00"))
+    except ValueError:
+        verdict.fail(f"{where}: timestamp {record.get('timestamp')!r} is not RFC 3339")
+
+
+def _undelivered(client, stream, group):
+    for info in client.xinfo_groups(stream):
+        if info["name"].decode() == group:
+            if info.get("lag") is not None:
+                return int(info["lag"])
+            last = client.xinfo_stream(stream)["last-generated-id"]
+            return 0 if info["last-delivered-id"] == last else -1
+    return -1
