@@ -4,12 +4,15 @@ tests.fleet`` runs the same fleet several times and prints the summary table."""
 import shutil
 import time
 
+import pytest
+
 from tests.fleet.report import summary_table
 from tests.fleet.run import Fleet
 
 EVENTS, SECONDS = 2000, 150
 
 
+@pytest.mark.timeout(45 * 60)   # about ten minutes; the drain alone may take up to 25
 def test_a_fleet_under_faults_loses_nothing(pyz, tmp_path_factory):
     root = tmp_path_factory.mktemp("fleet")
     seed = int(time.time())
