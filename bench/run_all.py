@@ -206,14 +206,14 @@ def render(outcomes, machine, command, started, seconds):
     failed = [outcome.name for outcome in outcomes if outcome.failure]
     missed = sum(result.met is False for outcome in outcomes for result in outcome.results)
     met = sum(result.met is True for outcome in outcomes for result in outcome.results)
-    times = ", ".join(f"{outcome.name} {duration(outcome.seconds)}" + (f", load {outcome.load}" if outcome.load else "")
+    times = "; ".join(f"{outcome.name} {duration(outcome.seconds)}" + (f" ({outcome.load})" if outcome.load else "")
                       for outcome in outcomes)
     lines = [table(outcomes), "",
              f"Targets: {met} met, {missed} not met"
              + (f"; failed: {', '.join(failed)}" if failed else "; every benchmark ran") + ".", "",
              f"- Command: `{command}`",
              f"- Date: {started:%Y-%m-%d %H:%M} UTC; took {duration(seconds)}",
-             f"- Per benchmark: {times}"]
+             f"- Time per benchmark (1-minute load average before → after): {times}"]
     lines += [f"- {key}: {value}" for key, value in machine.items()]
     return "\n".join(lines) + "\n"
 
