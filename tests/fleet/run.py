@@ -14,7 +14,7 @@ from tests.fleet.faults import Faults
 from tests.fleet.functions import write_functions
 from tests.fleet.producer import Producer
 from tests.fleet.services import PersistentRedis, PrivateDocker
-from tests.fleet.verdict import judge
+from tests.fleet.verdict import judge, undelivered
 from tests.fleet.workers import FleetWorker, prepare_mount_points, worker_environment
 
 HOSTNAMES = ("fleet-a", "fleet-b", "fleet-c")
@@ -151,8 +151,7 @@ class Fleet:
                 raise FleetError(f"the fleet did not drain within {DRAIN_TIMEOUT}s")
             try:
                 pending = client.xpending("events", "relay")["pending"]
-                lag = next((info.get("lag") for info in client.xinfo_groups("events")
-                            if info["name"] == b"relay"), None)
+                lag = undelivered(client, "events", "relay")
             except redis.RedisError:
                 pending = lag = None
             quiet = quiet + 1 if pending == 0 and lag == 0 else 0

@@ -88,7 +88,7 @@ def judge(*, client, produced, output_paths, hostnames, stream="events", group="
     pending = client.xpending(stream, group)["pending"]
     if pending:
         verdict.fail(f"{pending} entries still pending (PEL not empty)")
-    lag = _undelivered(client, stream, group)
+    lag = undelivered(client, stream, group)
     if lag:
         verdict.fail(f"{lag} entries never delivered to the group")
     leftover = list(client.scan_iter(match="relay:invocation:*", count=1000))
@@ -175,7 +175,10 @@ def _check_dlq_record(verdict, message_id, fields, record, function, hostnames):
         verdict.fail(f"{where}: timestamp {record.get('timestamp')!r} is not RFC 3339")
 
 
-def _undelivered(client, stream, group):
+def undelivered(client, stream, group):
+    """Entries not yet delivered to the group (-1: no such group). Redis can lose
+    track of the group's lag after a restart; then it is 0 exactly when the
+    last delivered id is the stream's last id."""
     for info in client.xinfo_groups(stream):
         if info["name"].decode() == group:
             if info.get("lag") is not None:
