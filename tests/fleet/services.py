@@ -8,18 +8,12 @@ default Redis or Docker engine, so the fleet can run beside other tests.
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import time
 from pathlib import Path
 
+from tests.conftest import RedisServer
 from tests.fleet.errors import FleetError
-
-
-def free_port():
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def _wait(check, timeout, what):
@@ -31,49 +25,21 @@ def _wait(check, timeout, what):
     raise FleetError(f"{what} within {timeout:g}s")
 
 
-class PersistentRedis:
-    """redis-server with the append-only file on and fsync on every write, so a
-    SIGKILL loses nothing it acknowledged."""
+class PersistentRedis(RedisServer):
+    """The suite's redis-server with the append-only file on and fsync on every
+    write, so a SIGKILL loses nothing it acknowledged; DEBUG SLEEP allowed."""
 
-    def __init__(self, directory, port=None):
-        self.directory = Path(directory)
-        self.directory.mkdir(parents=True, exist_ok=True)
-        self.port = port or free_port()
-        self.process = None
-        self.log = self.directory / "redis.log"
-
-    @property
-    def address(self):
-        return f"127.0.0.1:{self.port}"
-
-    def start(self):
-        binary = shutil.which("redis-server")
-        if binary is None:
-            raise FleetError("redis-server is not installed: run scripts/setup")
-        self.process = subprocess.Popen(
-            [binary, "--port", str(self.port), "--bind", "127.0.0.1", "--dir", str(self.directory),
-             "--appendonly", "yes", "--appendfsync", "always", "--save", "", "--logfile", str(self.log),
-             "--enable-debug-command", "local"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
-        _wait(self._answers, 30, f"redis-server did not answer on {self.address}")
-        return self
-
-    def _answers(self):
-        try:
-            return self.client(socket_timeout=1).ping()
-        except Exception:
-            return False
+    def __init__(self, directory):
+        Path(directory).mkdir(parents=True, exist_ok=True)
+        super().__init__(directory)
+        self.extra_args = ["--appendonly", "yes", "--appendfsync", "always", "--enable-debug-command", "local",
+                           "--logfile", str(self.directory / "redis.log")]
 
     def kill(self):
         """SIGKILL: no shutdown, no final write; the AOF is all that is left."""
         if self.process and self.process.poll() is None:
             self.process.kill()
             self.process.wait(10)
-
-    def stop(self):
-        if self.process and self.process.poll() is None:
-            self.process.terminate()
-            self.process.wait(30)
 
     def client(self, **options):
         import redis

@@ -11,12 +11,9 @@ import threading
 import time
 from pathlib import Path
 
+from tests.conftest import base_env
 from tests.fleet.errors import FleetError
 
-RELAY_VARIABLES = (
-    "REDIS_URI", "REDIS_STREAM", "REDIS_GROUP", "REDIS_STREAM_RETENTION", "METRICS_ADDR",
-    "GIT_WEBHOOK_ADDR", "LOG_LEVEL", "MAX_CONCURRENCY", "MAX_BUFFERED_EVENTS",
-)
 NAMESPACE_SCRIPT = ('hostname "$1"; mount --bind "$2" /functions; mount --bind "$3" /var/lib/relay; '
                     'shift 3; exec "$@"')
 
@@ -99,11 +96,8 @@ class FleetWorker:
 
 
 def worker_environment(redis_address, docker_host, pyz_cache):
-    env = {key: value for key, value in os.environ.items()
-           if key not in RELAY_VARIABLES and not key.startswith("DOCKER_")}
-    env.update(REDIS_URI=redis_address, REDIS_STREAM="events", REDIS_GROUP="relay", DOCKER_HOST=docker_host,
-               MAX_CONCURRENCY="4", LOG_LEVEL="INFO", RELAY_PYZ_CACHE=str(pyz_cache))
-    return env
+    return base_env(REDIS_URI=redis_address, REDIS_STREAM="events", REDIS_GROUP="relay", DOCKER_HOST=docker_host,
+                    MAX_CONCURRENCY="4", LOG_LEVEL="INFO", RELAY_PYZ_CACHE=str(pyz_cache))
 
 
 def prepare_mount_points():
