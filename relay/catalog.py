@@ -60,5 +60,4 @@ class Catalog:
         self._release(name)
 
     def _release(self, name):
-        if any(item.name == name for item in self._waiting):
-            self._waiting = tuple(item for item in self._waiting if item.name != name)
+        self._waiting = tuple(item for item in self._waiting if item.name != name)

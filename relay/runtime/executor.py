@@ -33,8 +33,8 @@ from relay.durations import format_duration
 from relay.errors import ExecutionError
 from relay.runtime import protocol
 from relay.runtime.containers import USER, container_name, host_config, labels, remove_container
-from relay.runtime.sweep import UNCONFIRMED_CREATE_GRACE
 from relay.runtime.output import OutputForwarder, prefix
+from relay.runtime.sweep import UNCONFIRMED_CREATE_GRACE
 
 log = logging.getLogger("relay.runtime.executor")
 _PRINTABLE_RUN = re.compile(r"[^\x00-\x1f\x7f]{4,}")

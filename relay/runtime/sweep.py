@@ -11,7 +11,6 @@ stops and says how many were left.
 import logging
 import threading
 import time
-from threading import Event
 
 from docker.errors import APIError
 from requests.exceptions import RequestException
@@ -97,7 +96,7 @@ class Leftovers:
         self._references = {}   # container id or name → (log context, not gone before this time)
         self.interval = interval
         self.clock = clock
-        self.stopping = Event()
+        self.stopping = threading.Event()
 
     def add(self, reference, context=None, grace=0.0):
         self._references[reference] = (context or {}, self.clock() + grace)

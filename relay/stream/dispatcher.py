@@ -7,9 +7,10 @@ still running elsewhere or waiting out its backoff, or a slot that stays
 busy stops the entry there, so later rules never run ahead of earlier ones.
 An attempt that could not reach the Docker engine is not the handler's
 failure: its claim is undone, so it costs no attempt and the reclaimer
-brings the entry back once the engine is up. Then the entry is acknowledged when every target is complete,
-dead-lettered when every unfinished target is exhausted, and otherwise left
-pending for the reclaimer.
+brings the entry back once the engine is up. Then the entry is
+acknowledged when every target is complete, dead-lettered when every
+unfinished target is exhausted, and otherwise left pending for the
+reclaimer.
 """
 
 import logging
