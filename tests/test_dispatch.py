@@ -367,6 +367,24 @@ def test_buffer_full_stops_reading(redis_client):
     assert redis_client.xinfo_groups(STREAM)[0]["entries-read"] == 2   # only the free slots were read
 
 
+def test_the_reclaimer_skips_an_entry_this_worker_is_still_dispatching(engine):
+    from gevent.event import Event
+
+    release, run = Event(), engine.executor.run
+    engine.executor.run = lambda invocation: (release.wait(10), run(invocation))[1]
+    message_id = engine.publish({"kind": "refund"})
+    response = engine.client.xreadgroup(GROUP, CONSUMER, {STREAM: ">"}, count=1)
+    engine.consumer.accept(response[0][1])        # the handler is running, the entry idle in Redis
+    engine.consumer.reclaim_once()                # min_idle 0: XAUTOCLAIM hands it back to this worker
+    assert engine.consumer.buffer.used == 1
+    release.set()
+    engine.consumer.drain(10)
+    assert [call.handler for call in engine.executor.calls] == ["audit.handler"]
+    assert value(engine.metrics.function_events, "audit") == 1
+    assert engine.pending() == 0 and engine.consumer.buffer.used == 0
+    assert message_id not in engine.consumer.in_flight
+
+
 def test_backlog_gauges_from_xpending(engine):
     from relay.stream.backlog import Backlog
 

@@ -7,6 +7,11 @@ no rule are acknowledged right there, in one round trip per batch; entries
 with matches are dispatched in their own greenlets. No more than
 MAX_BUFFERED_EVENTS entries are held at once: with the buffer full nothing
 is read, so the backlog stays in Redis.
+
+An entry whose dispatch outlives the idle time (a slow handler, a retry
+waiting for a slot) is idle in Redis as far as XAUTOCLAIM can tell, so the
+reclaimer may hand this worker its own entry back. Such an entry is skipped:
+its dispatch is still running and will settle it.
 """
 
 import logging
@@ -73,6 +78,7 @@ class Consumer:
         self.min_idle_ms = int(min_idle * 1000)
         self.stopping = Event()
         self.dispatches = Group()
+        self.in_flight = set()    # message ids whose dispatch is running here
 
     # --- loops --------------------------------------------------------------------
 
@@ -143,6 +149,11 @@ class Consumer:
         finished, events = [], 0
         for raw_id, fields in entries:
             message_id = raw_id.decode() if isinstance(raw_id, bytes) else raw_id
+            if message_id in self.in_flight:
+                log.debug("Reclaimed an entry this worker is still dispatching; skipped",
+                          extra={"message_id": message_id})
+                self.buffer.release()
+                continue
             if fields is None:          # trimmed away while it was pending: nothing left to run
                 self.settler.ack([message_id])
                 self.buffer.release()
@@ -170,6 +181,7 @@ class Consumer:
                 if not entry.scheduled:
                     for name in dict.fromkeys(target.active.name for target in entry.targets):
                         self.metrics.function_events.labels(name).inc()
+                self.in_flight.add(message_id)
                 self.dispatches.spawn(self._dispatch, entry)
         if events:
             self.metrics.events_received.inc(events)
@@ -185,6 +197,7 @@ class Consumer:
             log.exception("Dispatch failed unexpectedly; the entry stays pending",
                           extra={"message_id": entry.message_id})
         finally:
+            self.in_flight.discard(entry.message_id)
             self.buffer.release()
 
     def _trouble(self, error, outage):
