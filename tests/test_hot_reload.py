@@ -145,8 +145,13 @@ def test_a_broken_edit_keeps_the_old_version_serving_and_inspect_shows_it(relay,
 
     (root / name / "template.yaml").write_text(good_template)     # fixed: v2 of the source goes live
     worker.wait_for(f'msg="Function updated" function={name} ')
-    record = StateReader(state / "db.sqlite3").function(name)
-    assert (record.status, record.last_reconcile_status, record.last_error) == (READY, SUCCESS, None)
+    reader = StateReader(state / "db.sqlite3")     # written off the hot path: shortly after the log line
+
+    def summary():
+        record = reader.function(name)
+        return record.status, record.last_reconcile_status, record.last_error
+
+    wait_until(lambda: summary() == (READY, SUCCESS, None), timeout=10, what="the state database to show the fix")
     publish(redis_client, name, 3)
     worker.wait_for(f"{name} v2 n=3", where="stdout")
     assert worker.stop() == 0
@@ -167,8 +172,11 @@ def test_deleting_a_function_stops_matching_and_invalid_siblings_never_stop_a_va
     assert 'msg="Invalid function; skipped"' in worker.stderr
     assert 'msg="Invalid function name; directory skipped"' in worker.stderr
     assert 'msg="Function is pending: its image could not be built"' in worker.stderr
-    records = {record.name: record for record in StateReader(tmp_path / "state" / "db.sqlite3").functions()}
-    assert sorted(records) == [doomed, keeper, f"unbuildable-{token}"]
+    reader = StateReader(tmp_path / "state" / "db.sqlite3")
+    expected = [doomed, keeper, f"unbuildable-{token}"]
+    wait_until(lambda: sorted(record.name for record in reader.functions()) == expected, timeout=10,
+               what="the state database to list the loaded functions")
+    records = {record.name: record for record in reader.functions()}
     assert (records[f"unbuildable-{token}"].status, records[f"unbuildable-{token}"].last_reconcile_status) == (
         PENDING, FAILED)
 
@@ -250,5 +258,7 @@ def test_a_function_removed_while_relay_was_down_loses_its_image_at_the_next_sta
     second = relay()
     wait_until(lambda: tags(docker_engine, gone) == [], timeout=30, what="the image of the removed function to go")
     assert len(tags(docker_engine, kept)) == 1
-    assert [record.name for record in StateReader(tmp_path / "state" / "db.sqlite3").functions()] == [kept]
+    reader = StateReader(tmp_path / "state" / "db.sqlite3")
+    wait_until(lambda: [record.name for record in reader.functions()] == [kept], timeout=10,
+               what="the state database to forget the removed function")
     assert second.stop() == 0
