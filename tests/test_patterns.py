@@ -137,6 +137,20 @@ def test_now_defaults_to_the_time_of_the_call():
     assert pattern.matches({"t": recent}) and not pattern.matches({"t": old})
 
 
+@settings(max_examples=500, deadline=None)
+@given(st.datetimes(min_value=datetime(1, 1, 2), max_value=datetime(9999, 12, 30)),
+       st.integers(-23 * 60 - 59, 23 * 60 + 59))
+def test_timestamps_are_read_to_the_nanosecond_at_any_offset(moment, offset_minutes):
+    """Checked against datetime's own arithmetic, for every date and offset RFC 3339 allows."""
+    from relay.functions.patterns import _instant
+
+    aware = moment.replace(tzinfo=timezone(timedelta(minutes=offset_minutes)))
+    expected = (aware - datetime(1970, 1, 1, tzinfo=timezone.utc)) // timedelta(microseconds=1) * 1000
+    assert _instant(aware.isoformat()) == expected
+    assert _instant(aware.replace(tzinfo=None).isoformat(timespec="seconds") + "Z") == (
+        expected - moment.microsecond * 1000 + offset_minutes * 60 * 1_000_000_000)
+
+
 def test_naive_now_means_utc():
     assert matches({"t": {"gte": "now()"}}, {"t": "2026-09-13T12:00:00Z"}, now=NOW.replace(tzinfo=None))
 
