@@ -9,6 +9,7 @@ they started with.
 from dataclasses import dataclass
 
 from relay.functions import Function
+from relay.stream.rules import Rules
 
 
 @dataclass(frozen=True, eq=False)
@@ -29,13 +30,16 @@ class Catalog:
     a waiting function stay pending until it is built."""
 
     def __init__(self, functions=()):
-        self._snapshot = ()
         self._waiting = ()
         self.replace(functions)
 
     def snapshot(self):
         """The active functions, sorted by name; an immutable tuple."""
         return self._snapshot
+
+    def rules(self):
+        """The rules of the snapshot, indexed for matching (relay.stream.rules.Rules)."""
+        return self._rules
 
     def waiting(self):
         """The functions (not ActiveFunctions) waiting for their first image; an immutable tuple."""
@@ -47,7 +51,8 @@ class Catalog:
                                      key=lambda item: item.name))
 
     def replace(self, functions):
-        self._snapshot = tuple(sorted(functions, key=lambda active: active.name))
+        rules = Rules(sorted(functions, key=lambda active: active.name))
+        self._snapshot, self._rules = rules.functions, rules
 
     def put(self, active):
         """Add or swap one function atomically."""

@@ -144,7 +144,7 @@ class Consumer:
     # --- entries ------------------------------------------------------------------
 
     def accept(self, entries):
-        snapshot, waiting = self.catalog.snapshot(), self.catalog.waiting()
+        rules, waiting = self.catalog.rules(), self.catalog.waiting()
         self.buffer.take(len(entries))
         finished, events = [], 0
         for raw_id, fields in entries:
@@ -158,7 +158,7 @@ class Consumer:
                 self.settler.ack([message_id])
                 self.buffer.release()
                 continue
-            entry = plan(message_id, fields, snapshot, waiting)
+            entry = plan(message_id, fields, rules, waiting)
             events += not entry.scheduled
             if entry.obsolete:
                 log.info("Schedule occurrence for a removed function or handler; acknowledged as obsolete",

@@ -3,20 +3,10 @@
 import json
 from dataclasses import dataclass
 
+from relay.stream.rules import Target
+
 EVENT_FIELD = b"event"
 SCHEDULE_FIELD = b"schedule"
-
-
-@dataclass(frozen=True)
-class Target:
-    """One matched rule of one function: an invocation to run for the entry."""
-
-    active: object   # relay.catalog.ActiveFunction
-    rule: object     # relay.functions.Rule
-
-    @property
-    def field(self):
-        return f"{self.active.name}/{self.rule.handler}"
 
 
 @dataclass(slots=True)
@@ -39,13 +29,13 @@ class Plan:
         return _text(self.event.get("event_name")) if self.event else None
 
 
-def plan(message_id, fields, snapshot, waiting=()):
-    """Decode *fields* and match the event against every rule of *snapshot*.
+def plan(message_id, fields, rules, waiting=()):
+    """Decode *fields* and match the event against *rules* (a relay.stream.rules.Rules).
 
-    Functions are taken in name order (the snapshot's order) and rules in
-    file order; two matching rules with the same handler are both targets.
-    *waiting* are functions loaded but never built: an event one of them
-    matches must wait for it, not be acknowledged without it.
+    Targets come in function name order, then rule file order; two matching
+    rules with the same handler are both targets. *waiting* are functions
+    loaded but never built: an event one of them matches must wait for it,
+    not be acknowledged without it.
     """
     raw = None if fields is None else fields.get(EVENT_FIELD)
     if raw is None:
@@ -62,11 +52,8 @@ def plan(message_id, fields, snapshot, waiting=()):
         return Plan(message_id, payload, problem=f"the event is a JSON {type(event).__name__}, not an object")
     occurrence = fields.get(SCHEDULE_FIELD)
     if occurrence is not None:
-        return _scheduled(message_id, payload, event, occurrence, snapshot, waiting)
-    targets = tuple(Target(active, rule)
-                    for active in snapshot
-                    for rule in active.function.template.rules
-                    if rule.pattern.matches(event))
+        return _scheduled(message_id, payload, event, occurrence, rules.functions, waiting)
+    targets = rules.matching(event)
     blocked = tuple(function.name for function in waiting
                     if any(rule.pattern.matches(event) for rule in function.template.rules))
     return Plan(message_id, payload, event, targets, waiting=blocked)
