@@ -2,11 +2,19 @@
 
     .venv/bin/python bench/startup.py [--pyz relay.pyz] [--runs 21]
 
-Runs ``secret ls`` and ``health`` both ways, interleaved, against a
-redis-server it starts on a free port and the local Docker engine, after one
-untimed run that warms relay.pyz's extraction cache. Prints the median wall
-time of each and the ratio pyz / venv. Targets: ratio <= 1.15 and
-``secret ls`` from relay.pyz under 150 ms.
+Runs ``secret ls``, ``function ls``, ``stats`` and ``health`` both ways,
+interleaved, against a redis-server it starts on a free port and the local
+Docker engine, after one untimed run that warms relay.pyz's extraction
+cache. Prints the median wall time of each and the ratio pyz / venv.
+Targets: ratio <= 1.15, ``secret ls`` from relay.pyz under 150 ms, and the
+three admin commands under 200 ms (DESIGN.md: "well under" it).
+
+``function ls`` and ``stats`` read the state database at its fixed path,
+/var/lib/relay/db.sqlite3: the bench writes one for the example functions
+(with counters) in a temporary directory and bind-mounts it there in a
+private mount namespace, so each of their runs includes ``unshare`` and a
+``mount`` (a few ms, both ways alike). A command that exits non-zero stops
+the bench: a failing command is never timed as if it had run.
 
 Both ways run on the same interpreter binary (the venv's), so the ratio is
 the cost of the packaging alone: ``./relay.pyz`` goes through whatever
@@ -32,7 +40,10 @@ from pathlib import Path
 import report
 
 ROOT = Path(__file__).resolve().parent.parent
-COMMANDS = (("secret", "ls"), ("health",))
+COMMANDS = (("secret", "ls"), ("function", "ls"), ("stats",), ("health",))
+READS_STATE = {("function", "ls"), ("stats",)}
+ADMIN = {"secret ls", "function ls", "stats"}
+STATE_DIR = "/var/lib/relay"   # relay.config.STATE_DIR, fixed
 # Read by bench/run_all.py without importing this file.
 RUN_ALL_ARGS = ["--fresh-pyz"]
 QUICK_ARGS = ["--runs", "5"]
@@ -57,7 +68,9 @@ def main():
 
 def measure(options, pyz):
     results = []
-    with tempfile.TemporaryDirectory() as cache, redis_server() as address:
+    with tempfile.TemporaryDirectory() as cache, tempfile.TemporaryDirectory() as state, \
+            redis_server() as address:
+        write_state(Path(state))
         env = {**os.environ, "RELAY_PYZ_CACHE": cache, "REDIS_URI": address}
         ways = {"relay.pyz": [options.python, str(pyz)], "python -m relay": [options.python, "-m", "relay"]}
         for way in ways.values():
@@ -65,10 +78,11 @@ def measure(options, pyz):
         print(f"median warm start over {options.runs} runs (same machine, same run, interleaved)")
         print(f"{'command':<14}{'relay.pyz':>12}{'python -m':>12}{'ratio':>8}")
         for command in COMMANDS:
+            prefix = with_state(state) if command in READS_STATE else []
             times = {name: [] for name in ways}
             for _ in range(options.runs):
                 for name, way in ways.items():
-                    times[name].append(run(way + list(command), env))
+                    times[name].append(run(prefix + way + list(command), env))
             pyz_ms, venv_ms = (statistics.median(times[name]) * 1000 for name in ways)
             print(f"{' '.join(command):<14}{pyz_ms:>10.1f}ms{venv_ms:>10.1f}ms{pyz_ms / venv_ms:>8.2f}")
             results.extend(results_of(" ".join(command), pyz_ms, venv_ms))
@@ -84,6 +98,7 @@ def results_of(command, pyz_ms, venv_ms):
     if command == "secret ls":
         results.append(report.Result("startup.py", figure, pyz_ms, "ms", venv_ms, "python -m relay", ratio,
                                      "relay.pyz < 150 ms (#2)", pyz_ms < 150))
+    if command in ADMIN:
         results.append(report.Result("startup.py", figure, pyz_ms, "ms", venv_ms, "python -m relay", ratio,
                                      "relay.pyz < 200 ms (DESIGN.md: admin commands 'well under' it)", pyz_ms < 200))
     return results
@@ -91,8 +106,38 @@ def results_of(command, pyz_ms, venv_ms):
 
 def run(argv, env):
     began = time.perf_counter()
-    subprocess.run(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=ROOT)
-    return time.perf_counter() - began
+    finished = subprocess.run(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=ROOT)
+    elapsed = time.perf_counter() - began
+    if finished.returncode != 0:
+        sys.exit(f"{' '.join(argv)} exited {finished.returncode}; not timing a failing command:\n"
+                 + finished.stderr.decode(errors="replace")[-2000:])
+    return elapsed
+
+
+def write_state(directory):
+    """A state database as `relay start` leaves it: the example functions, ready, and counters."""
+    sys.path.insert(0, str(ROOT))
+    from relay.functions import load_function
+    from relay.reconciler import describe
+    from relay.state import READY, Counters, StateDatabase, Stats, now
+
+    moment = now()
+    functions = [load_function(path) for path in sorted((ROOT / "examples" / "functions").iterdir())]
+    records = [describe(function, status=READY, updated_at=moment, image=function.image, prepared_at=moment)
+               for function in functions]
+    counters = Counters(events_processed=1200, handler_successes=1190, handler_failures=10, retries=8)
+    database = StateDatabase(directory / "db.sqlite3")
+    database.write(records, Stats(counters, pending_entries=3, updated_at=moment),
+                   {function.name: counters for function in functions})
+    database.close()
+
+
+def with_state(directory):
+    """The prefix that runs a command with *directory* at the state's fixed path, privately."""
+    os.makedirs(STATE_DIR, exist_ok=True)
+    script = 'mount --bind "$1" "$2"; shift 2; exec "$@"'
+    return [shutil.which("unshare") or sys.exit("unshare is not installed"), "--mount", "--propagation",
+            "private", "--", "sh", "-ec", script, "bench-state", str(directory), STATE_DIR]
 
 
 class redis_server:

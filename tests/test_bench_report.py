@@ -1,5 +1,6 @@
 """bench/run_all.py without Redis or Docker: discovery, the table, the README
-markers, and a failing bench that shows as failed with exit status 1."""
+markers, and a failing bench that shows as failed with exit status 1; and
+startup.py's refusal to time a command that fails."""
 
 import json
 import sys
@@ -9,12 +10,13 @@ from pathlib import Path
 import pytest
 
 BENCH = Path(__file__).resolve().parent.parent / "bench"
-# bench/ goes on sys.path only for these two imports: it also holds invoke.py,
+# bench/ goes on sys.path only for these imports: it also holds invoke.py,
 # which would shadow the invoke package that paramiko imports.
 sys.path.insert(0, str(BENCH))
 try:
     import report
     import run_all
+    import startup
 finally:
     sys.path.remove(str(BENCH))
 
@@ -111,3 +113,9 @@ def test_a_failing_bench_is_shown_failed_and_the_command_exits_1(tmp_path, monke
     assert "- Machine: test box" in out
     written = (tmp_path / "README.md").read_text()
     assert out.rstrip() in written and "old table" not in written and written.endswith("kept\n")
+
+
+def test_startup_never_times_a_failing_command():
+    assert startup.run([sys.executable, "-c", "pass"], {}) > 0
+    with pytest.raises(SystemExit, match=r"exited 3; not timing a failing command:\n.*no Redis here"):
+        startup.run([sys.executable, "-c", "import sys; print('no Redis here', file=sys.stderr); sys.exit(3)"], {})
