@@ -1,6 +1,6 @@
 """Stream throughput of Relay's consumer against minimal baselines, in one run.
 
-    .venv/bin/python bench/throughput.py [--entries 20000] [--matched 40]
+    .venv/bin/python bench/throughput.py [--entries 20000] [--matched 40] [--rounds 5]
 
 1. Entries that match no rule: Relay's consumer path (XREADGROUP, decode,
    match against the example functions, XACK) next to a minimal redis-py
@@ -9,6 +9,10 @@
 2. Entries that match a no-op Python handler at MAX_CONCURRENCY 4: Relay's
    whole path (dispatch, invocation state, container, ack) next to the bare
    docker-py container loop of bench/invoke.py at concurrency 4. Target >= 0.9.
+   The two alternate for ``--rounds`` rounds of ``--matched`` entries each and
+   the rates are read over all rounds, so a drift in the machine's load (a
+   container run costs 100-200 ms here, 40 of them take seconds) falls on both
+   sides instead of on whichever ran second.
 
 It starts its own redis-server on a free port and uses the local Docker engine.
 ``--json PATH`` appends the figures for bench/run_all.py (see bench/report.py).
@@ -46,7 +50,7 @@ from relay.stream.settle import Settler  # noqa: E402
 STREAM = "bench"
 BATCH = 16
 # Read by bench/run_all.py without importing this file.
-QUICK_ARGS = ["--entries", "2000", "--matched", "8"]
+QUICK_ARGS = ["--entries", "2000", "--matched", "8", "--rounds", "1"]
 UNMATCHED = json.dumps({"event_id": "evt", "event_name": "INSERT", "table_name": "orders",
                         "new_image": {"id": "order_1", "total": 42, "note": "x" * 600}})
 
@@ -117,7 +121,7 @@ def relay_loop(client, count):
 
 
 def matched_loop(client, docker_client, image, count, concurrency):
-    """Relay's whole path for *count* entries that each match one no-op handler."""
+    """Relay's whole path for *count* entries that each match one no-op handler; returns seconds."""
     import io
 
     from relay.catalog import ActiveFunction
@@ -150,16 +154,30 @@ def matched_loop(client, docker_client, image, count, concurrency):
     elapsed = time.perf_counter() - began
     consumer.stop()
     reader.join()
-    return count / elapsed
+    return elapsed
 
 
 def bare_containers(docker_client, image, count, concurrency):
-    """bench/invoke.py's bare docker-py loop, *concurrency* at a time."""
+    """bench/invoke.py's bare docker-py loop, *concurrency* at a time; returns seconds."""
     sys.path.insert(0, str(ROOT / "bench"))
     from invoke import bare_runner, measure
 
-    latencies, wall = measure(bare_runner(docker_client, image.tag), count, concurrency)
-    return count / wall
+    _latencies, wall = measure(bare_runner(docker_client, image.tag), count, concurrency)
+    return wall
+
+
+def interleaved(docker_client, client, image, count, rounds):
+    """Alternate the bare loop and Relay, *rounds* times; returns (bare rate, Relay rate, per-round ratios)."""
+    bare_seconds = relay_seconds = 0.0
+    ratios = []
+    for _ in range(rounds):
+        bare = bare_containers(docker_client, image, count, 4)
+        ours = matched_loop(client, docker_client, image, count, 4)
+        bare_seconds += bare
+        relay_seconds += ours
+        ratios.append(bare / ours)
+    total = count * rounds
+    return total / bare_seconds, total / relay_seconds, ratios
 
 
 class NoopImage:
@@ -179,7 +197,8 @@ class NoopImage:
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--entries", type=int, default=20000, help="entries for the unmatched path")
-    parser.add_argument("--matched", type=int, default=40, help="entries for the matched path")
+    parser.add_argument("--matched", type=int, default=40, help="entries per round for the matched path")
+    parser.add_argument("--rounds", type=int, default=5, help="alternating rounds of the matched path")
     report.add_option(parser)
     options = parser.parse_args()
     results = []
@@ -203,13 +222,16 @@ def main():
 
                 docker_client = docker.from_env(max_pool_size=32)
                 image = NoopImage(docker_client, directory)
-                bare_containers(docker_client, image, 4, 4)          # warm up
-                bare_rate = bare_containers(docker_client, image, options.matched, 4)
-                relay_rate = matched_loop(client, docker_client, image, options.matched, 4)
-                print(f"entries matching a no-op python handler, {options.matched}, concurrency 4")
+                bare_containers(docker_client, image, 4, 4)          # warm up both sides
+                matched_loop(client, docker_client, image, 4, 4)
+                bare_rate, relay_rate, ratios = interleaved(docker_client, client, image, options.matched,
+                                                            options.rounds)
+                print(f"entries matching a no-op python handler, {options.rounds} rounds of {options.matched}, "
+                      "concurrency 4")
                 print(f"{'bare container loop':<26}{bare_rate:>10.2f} entries/s")
                 print(f"{'Relay, end to end':<26}{relay_rate:>10.2f} entries/s")
-                print(f"ratio Relay/bare: {relay_rate / bare_rate:.2f}  (target >= 0.9)")
+                print(f"ratio Relay/bare: {relay_rate / bare_rate:.2f}  (target >= 0.9; per round "
+                      f"{', '.join(f'{ratio:.2f}' for ratio in ratios)})")
                 docker_client.api.remove_image(image.tag, force=True)
                 ratio = relay_rate / bare_rate
                 results.append(report.Result("throughput.py", "entries matching a no-op handler, concurrency 4",
