@@ -33,12 +33,14 @@ class Settler:
         """
         if not message_ids:
             return True
-        pipe = self.client.pipeline(transaction=False)
-        pipe.xack(self.stream, self.group, *message_ids)
-        if clear_state:
-            pipe.delete(*(state_key(self.stream, self.group, message_id) for message_id in message_ids))
         try:
-            pipe.execute()
+            if clear_state:
+                pipe = self.client.pipeline(transaction=False)
+                pipe.xack(self.stream, self.group, *message_ids)
+                pipe.delete(*(state_key(self.stream, self.group, message_id) for message_id in message_ids))
+                pipe.execute()
+            else:
+                self.client.xack(self.stream, self.group, *message_ids)
         except redis.RedisError as error:
             log.warning("Cannot acknowledge entries; they stay pending",
                         extra={"count": len(message_ids), "first_message_id": message_ids[0], "error": str(error)})
