@@ -1,6 +1,6 @@
 """Stream throughput of Relay's consumer against minimal baselines, in one run.
 
-    .venv/bin/python bench/throughput.py [--entries 20000] [--matched 40] [--rounds 5]
+    .venv/bin/python bench/throughput.py [--entries 20000] [--matched 40] [--rounds 4]
 
 1. Entries that match no rule: Relay's consumer path (XREADGROUP, decode,
    match against the example functions, XACK) next to a minimal redis-py
@@ -9,10 +9,13 @@
 2. Entries that match a no-op Python handler at MAX_CONCURRENCY 4: Relay's
    whole path (dispatch, invocation state, container, ack) next to the bare
    docker-py container loop of bench/invoke.py at concurrency 4. Target >= 0.9.
-   The two alternate for ``--rounds`` rounds of ``--matched`` entries each and
-   the rates are read over all rounds, so a drift in the machine's load (a
-   container run costs 100-200 ms here, 40 of them take seconds) falls on both
-   sides instead of on whichever ran second.
+
+Each path runs baseline and Relay in ``--rounds`` alternating rounds (ABBA:
+the baseline first in even rounds, Relay first in odd ones) over the same
+amount of work, and reads the rates over all rounds. Run one after the other,
+the side that ran second took the drift: the Docker engine slows by a tenth
+or more over a few hundred containers here, and one run saw the unmatched
+ratio at 1.19 and a later one at 0.67. Per-round ratios are printed too.
 
 It starts its own redis-server on a free port and uses the local Docker engine.
 ``--json PATH`` appends the figures for bench/run_all.py (see bench/report.py).
@@ -50,7 +53,7 @@ from relay.stream.settle import Settler  # noqa: E402
 STREAM = "bench"
 BATCH = 16
 # Read by bench/run_all.py without importing this file.
-QUICK_ARGS = ["--entries", "2000", "--matched", "8", "--rounds", "1"]
+QUICK_ARGS = ["--entries", "2000", "--matched", "8", "--rounds", "2"]
 UNMATCHED = json.dumps({"event_id": "evt", "event_name": "INSERT", "table_name": "orders",
                         "new_image": {"id": "order_1", "total": 42, "note": "x" * 600}})
 
@@ -82,25 +85,31 @@ def fill(client, count):
     pipe.execute()
 
 
-def baseline_loop(client, count):
-    """The least a consumer can do: read a batch, acknowledge it."""
+def baseline_reader(client):
+    """The least a consumer can do: read a batch, acknowledge it. Returns read(count) -> seconds."""
     client.xgroup_create(STREAM, "baseline", id="0")
-    began = time.perf_counter()
-    done = 0
-    while done < count:
-        response = client.xreadgroup("baseline", "bench", {STREAM: ">"}, count=BATCH, block=1000)
-        ids = [entry_id for _stream, entries in response for entry_id, _fields in entries]
-        client.xack(STREAM, "baseline", *ids)
-        done += len(ids)
-    return count / (time.perf_counter() - began)
+
+    def read(count):
+        began = time.perf_counter()
+        done = 0
+        while done < count:
+            response = client.xreadgroup("baseline", "bench", {STREAM: ">"}, count=min(BATCH, count - done),
+                                         block=1000)
+            ids = [entry_id for _stream, entries in response for entry_id, _fields in entries]
+            client.xack(STREAM, "baseline", *ids)
+            done += len(ids)
+        return time.perf_counter() - began
+
+    return read
 
 
-def relay_loop(client, count):
-    """Relay's consumer over the same entries, with the example functions loaded."""
-    metrics = Metrics()
-    catalog = Catalog()
+def relay_reader(client):
+    """Relay's consumer over the same entries, with the example functions loaded. Returns
+    read(count) -> seconds, and checks that every entry it read was acknowledged."""
     from relay.catalog import ActiveFunction
 
+    metrics = Metrics()
+    catalog = Catalog()
     catalog.replace(ActiveFunction(load_function(path), image="unused:0")
                     for path in sorted((ROOT / "examples" / "functions").iterdir()))
     ensure_group(client, STREAM, "relay")
@@ -108,16 +117,41 @@ def relay_loop(client, count):
     consumer = Consumer(client=client, stream=STREAM, group="relay", consumer="bench", catalog=catalog,
                         dispatcher=None, settler=settler, buffer=Buffer(BATCH, metrics.buffered_events),
                         metrics=metrics, block_ms=1000)
-    began = time.perf_counter()
-    done = 0
-    while done < count:
-        response = client.xreadgroup("relay", "bench", {STREAM: ">"}, count=consumer.buffer.free(), block=1000)
-        for _stream, entries in response:
-            consumer.accept(entries)
-            done += len(entries)
-    elapsed = time.perf_counter() - began
-    assert metrics.events_processed._value.get() == count, "every entry must be acknowledged"
-    return count / elapsed
+    total = [0]
+
+    def read(count):
+        began = time.perf_counter()
+        done = 0
+        while done < count:
+            response = client.xreadgroup("relay", "bench", {STREAM: ">"},
+                                         count=min(consumer.buffer.free(), count - done), block=1000)
+            for _stream, entries in response:
+                consumer.accept(entries)
+                done += len(entries)
+        elapsed = time.perf_counter() - began
+        total[0] += done
+        assert metrics.events_processed._value.get() == total[0], "every entry must be acknowledged"
+        return elapsed
+
+    return read
+
+
+def alternate(baseline, relay, rounds):
+    """Time *baseline* and *relay* (each a call returning seconds for the same work) *rounds* times
+    in ABBA order: baseline first in even rounds, Relay first in odd ones, so neither always runs
+    second. Returns (baseline seconds, Relay seconds, per-round ratios of Relay's rate to the baseline's).
+
+    Both sides slow down as a run goes on (the Docker engine by a tenth or more over a few hundred
+    containers here); with a fixed order that drift lands on whichever runs second.
+    """
+    totals = {baseline: 0.0, relay: 0.0}
+    ratios = []
+    for number in range(rounds):
+        seconds = {side: side() for side in ((baseline, relay) if number % 2 == 0 else (relay, baseline))}
+        for side, spent in seconds.items():
+            totals[side] += spent
+        ratios.append(seconds[baseline] / seconds[relay])
+    return totals[baseline], totals[relay], ratios
 
 
 def matched_loop(client, docker_client, image, count, concurrency):
@@ -166,20 +200,6 @@ def bare_containers(docker_client, image, count, concurrency):
     return wall
 
 
-def interleaved(docker_client, client, image, count, rounds):
-    """Alternate the bare loop and Relay, *rounds* times; returns (bare rate, Relay rate, per-round ratios)."""
-    bare_seconds = relay_seconds = 0.0
-    ratios = []
-    for _ in range(rounds):
-        bare = bare_containers(docker_client, image, count, 4)
-        ours = matched_loop(client, docker_client, image, count, 4)
-        bare_seconds += bare
-        relay_seconds += ours
-        ratios.append(bare / ours)
-    total = count * rounds
-    return total / bare_seconds, total / relay_seconds, ratios
-
-
 class NoopImage:
     def __init__(self, docker_client, directory):
         sys.path.insert(0, str(ROOT / "bench"))
@@ -196,22 +216,30 @@ class NoopImage:
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--entries", type=int, default=20000, help="entries for the unmatched path")
+    parser.add_argument("--entries", type=int, default=20000, help="entries for the unmatched path, in all")
     parser.add_argument("--matched", type=int, default=40, help="entries per round for the matched path")
-    parser.add_argument("--rounds", type=int, default=5, help="alternating rounds of the matched path")
+    parser.add_argument("--rounds", type=int, default=4, help="alternating rounds of each path (ABBA order)")
     report.add_option(parser)
     options = parser.parse_args()
+    if options.rounds < 1 or options.entries < options.rounds:
+        parser.error("--rounds must be at least 1 and at most --entries")
     results = []
     with tempfile.TemporaryDirectory() as directory:
         process, client = start_redis(directory)
         try:
             fill(client, options.entries)
-            bare = baseline_loop(client, options.entries)
-            ours = relay_loop(client, options.entries)
-            print(f"entries matching no rule, {options.entries} of {len(UNMATCHED)} bytes, batch {BATCH}")
+            chunk = options.entries // options.rounds
+            baseline, ours = baseline_reader(client), relay_reader(client)
+            bare_seconds, relay_seconds, ratios = alternate(lambda: baseline(chunk), lambda: ours(chunk),
+                                                            options.rounds)
+            entries = chunk * options.rounds
+            bare, ours = entries / bare_seconds, entries / relay_seconds
+            print(f"entries matching no rule, {options.rounds} rounds of {chunk} entries of {len(UNMATCHED)} bytes, "
+                  f"batch {BATCH}")
             print(f"{'minimal XREADGROUP+XACK':<26}{bare:>10,.0f} entries/s")
             print(f"{'Relay consumer':<26}{ours:>10,.0f} entries/s")
-            print(f"ratio Relay/minimal: {ours / bare:.2f}  (targets >= 0.8, >= 5,000 entries/s)")
+            print(f"ratio Relay/minimal: {ours / bare:.2f}  (targets >= 0.8, >= 5,000 entries/s; per round "
+                  f"{_listed(ratios)})")
             figure = "entries matching no rule"
             results += [report.Result("throughput.py", figure, ours, "entries/s", bare, "XREADGROUP+XACK loop",
                                       ours / bare, "ratio >= 0.8 (#5)", ours / bare >= 0.8),
@@ -224,16 +252,18 @@ def main():
                 image = NoopImage(docker_client, directory)
                 bare_containers(docker_client, image, 4, 4)          # warm up both sides
                 matched_loop(client, docker_client, image, 4, 4)
-                bare_rate, relay_rate, ratios = interleaved(docker_client, client, image, options.matched,
-                                                            options.rounds)
+                bare_seconds, relay_seconds, ratios = alternate(
+                    lambda: bare_containers(docker_client, image, options.matched, 4),
+                    lambda: matched_loop(client, docker_client, image, options.matched, 4), options.rounds)
+                docker_client.api.remove_image(image.tag, force=True)
+                entries = options.matched * options.rounds
+                bare_rate, relay_rate = entries / bare_seconds, entries / relay_seconds
+                ratio = relay_rate / bare_rate
                 print(f"entries matching a no-op python handler, {options.rounds} rounds of {options.matched}, "
                       "concurrency 4")
                 print(f"{'bare container loop':<26}{bare_rate:>10.2f} entries/s")
                 print(f"{'Relay, end to end':<26}{relay_rate:>10.2f} entries/s")
-                print(f"ratio Relay/bare: {relay_rate / bare_rate:.2f}  (target >= 0.9; per round "
-                      f"{', '.join(f'{ratio:.2f}' for ratio in ratios)})")
-                docker_client.api.remove_image(image.tag, force=True)
-                ratio = relay_rate / bare_rate
+                print(f"ratio Relay/bare: {ratio:.2f}  (target >= 0.9; per round {_listed(ratios)})")
                 results.append(report.Result("throughput.py", "entries matching a no-op handler, concurrency 4",
                                              relay_rate, "entries/s", bare_rate, "bare docker-py loop", ratio,
                                              "ratio >= 0.9 (#5)", ratio >= 0.9))
@@ -241,6 +271,10 @@ def main():
         finally:
             process.terminate()
             process.wait()
+
+
+def _listed(ratios):
+    return ", ".join(f"{ratio:.2f}" for ratio in ratios)
 
 
 if __name__ == "__main__":
