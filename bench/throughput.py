@@ -6,9 +6,11 @@
    match against the example functions, XACK) next to a minimal redis-py
    XREADGROUP + XACK loop on the same server, same batch size (16, the
    default MAX_BUFFERED_EVENTS). Targets: ratio >= 0.8 and >= 5,000 entries/s.
-2. Entries that match a no-op Python handler at MAX_CONCURRENCY 4: Relay's
-   whole path (dispatch, invocation state, container, ack) next to the bare
-   docker-py container loop of bench/invoke.py at concurrency 4. Target >= 0.9.
+2. Entries that match a no-op Python handler at MAX_CONCURRENCY 4, with the
+   function's own ``concurrency: 4`` (the default of 2 would cap it at two
+   containers): Relay's whole path (dispatch, invocation state, container,
+   ack) next to the bare docker-py container loop of bench/invoke.py at
+   concurrency 4. Target >= 0.9.
 
 Each path runs baseline and Relay in ``--rounds`` alternating rounds (ABBA:
 the baseline first in even rounds, Relay first in odd ones) over the same
@@ -52,6 +54,7 @@ from relay.stream.settle import Settler  # noqa: E402
 
 STREAM = "bench"
 BATCH = 16
+CONCURRENCY = 4     # MAX_CONCURRENCY, the function's concurrency and the bare loop's
 # Read by bench/run_all.py without importing this file.
 QUICK_ARGS = ["--entries", "2000", "--matched", "8", "--rounds", "2"]
 UNMATCHED = json.dumps({"event_id": "evt", "event_name": "INSERT", "table_name": "orders",
@@ -209,7 +212,7 @@ class NoopImage:
 
         self.directory = Path(directory) / "relay-bench-noop"
         self.directory.mkdir()
-        (self.directory / "template.yaml").write_text(TEMPLATE)
+        (self.directory / "template.yaml").write_text(f"concurrency: {CONCURRENCY}\n{TEMPLATE}")
         (self.directory / "handler.py").write_text("def handler(event):\n    pass\n")
         self.tag = ImageBuilder(docker_client).prepare(load_function(self.directory))
 
@@ -250,17 +253,17 @@ def main():
 
                 docker_client = docker.from_env(max_pool_size=32)
                 image = NoopImage(docker_client, directory)
-                bare_containers(docker_client, image, 4, 4)          # warm up both sides
-                matched_loop(client, docker_client, image, 4, 4)
+                bare_containers(docker_client, image, CONCURRENCY, CONCURRENCY)    # warm up both sides
+                matched_loop(client, docker_client, image, CONCURRENCY, CONCURRENCY)
                 bare_seconds, relay_seconds, ratios = alternate(
-                    lambda: bare_containers(docker_client, image, options.matched, 4),
-                    lambda: matched_loop(client, docker_client, image, options.matched, 4), options.rounds)
+                    lambda: bare_containers(docker_client, image, options.matched, CONCURRENCY),
+                    lambda: matched_loop(client, docker_client, image, options.matched, CONCURRENCY), options.rounds)
                 docker_client.api.remove_image(image.tag, force=True)
                 entries = options.matched * options.rounds
                 bare_rate, relay_rate = entries / bare_seconds, entries / relay_seconds
                 ratio = relay_rate / bare_rate
                 print(f"entries matching a no-op python handler, {options.rounds} rounds of {options.matched}, "
-                      "concurrency 4")
+                      f"concurrency {CONCURRENCY}")
                 print(f"{'bare container loop':<26}{bare_rate:>10.2f} entries/s")
                 print(f"{'Relay, end to end':<26}{relay_rate:>10.2f} entries/s")
                 print(f"ratio Relay/bare: {ratio:.2f}  (target >= 0.9; per round {_listed(ratios)})")
