@@ -54,6 +54,8 @@ def plan(message_id, fields, rules, waiting=()):
     if occurrence is not None:
         return _scheduled(message_id, payload, event, occurrence, rules.functions, waiting)
     targets = rules.matching(event)
+    if not waiting:
+        return Plan(message_id, payload, event, targets)
     blocked = tuple(function.name for function in waiting
                     if any(rule.pattern.matches(event) for rule in function.template.rules))
     return Plan(message_id, payload, event, targets, waiting=blocked)
