@@ -143,9 +143,6 @@ def alternate(baseline, relay, rounds):
     """Time *baseline* and *relay* (each a call returning seconds for the same work) *rounds* times
     in ABBA order: baseline first in even rounds, Relay first in odd ones, so neither always runs
     second. Returns (baseline seconds, Relay seconds, per-round ratios of Relay's rate to the baseline's).
-
-    Both sides slow down as a run goes on (the Docker engine by a tenth or more over a few hundred
-    containers here); with a fixed order that drift lands on whichever runs second.
     """
     totals = {baseline: 0.0, relay: 0.0}
     ratios = []
@@ -232,8 +229,8 @@ def main():
         try:
             fill(client, options.entries)
             chunk = options.entries // options.rounds
-            baseline, ours = baseline_reader(client), relay_reader(client)
-            bare_seconds, relay_seconds, ratios = alternate(lambda: baseline(chunk), lambda: ours(chunk),
+            read_baseline, read_relay = baseline_reader(client), relay_reader(client)
+            bare_seconds, relay_seconds, ratios = alternate(lambda: read_baseline(chunk), lambda: read_relay(chunk),
                                                             options.rounds)
             entries = chunk * options.rounds
             bare, ours = entries / bare_seconds, entries / relay_seconds
@@ -267,7 +264,7 @@ def main():
                 print(f"{'bare container loop':<26}{bare_rate:>10.2f} entries/s")
                 print(f"{'Relay, end to end':<26}{relay_rate:>10.2f} entries/s")
                 print(f"ratio Relay/bare: {ratio:.2f}  (target >= 0.9; per round {_listed(ratios)})")
-                results.append(report.Result("throughput.py", "entries matching a no-op handler, concurrency 4",
+                results.append(report.Result("throughput.py", f"entries matching a no-op handler, concurrency {CONCURRENCY}",
                                              relay_rate, "entries/s", bare_rate, "bare docker-py loop", ratio,
                                              "ratio >= 0.9 (#5)", ratio >= 0.9))
             report.write(options.json, results)
