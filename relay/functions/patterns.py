@@ -22,6 +22,7 @@ from datetime import date, datetime, timezone
 
 from relay.durations import DurationError, parse_duration
 from relay.functions.problems import InvalidTemplate, Problems, join, show
+from relay.quoting import shorten
 
 OPERATORS = ("equals", "prefix", "suffix", "exists", "gt", "gte", "lt", "lte")
 _COMPARISONS = {
@@ -156,7 +157,8 @@ def _field(key, condition, path, problems):
         return _present_field(key, (nested,), when_missing), when_missing
     if len(operators) != len(condition):
         others = [name for name in condition if name not in OPERATORS]
-        problems.add(path, f"mixes operators ({', '.join(operators)}) with nested fields ({', '.join(map(str, others))}); "
+        named = ", ".join([shorten(str(name)) for name in others[:4]] + ["..."] * (len(others) > 4))
+        problems.add(path, f"mixes operators ({', '.join(operators)}) with nested fields ({named}); "
                            f"put nested fields in their own mapping")
         return None
     if list(condition) == ["equals"]:
@@ -227,7 +229,7 @@ def _comparison_bound(value, path, problems):
             try:
                 offset = parse_duration(duration)
             except DurationError as error:
-                problems.add(path, f"{value!r}: {error}")
+                problems.add(path, f"{show(value)}: {error}")
                 return None
             return ("now", offset if sign == "+" else -offset)
         if value.startswith("now"):

@@ -1,6 +1,16 @@
-"""Collecting every problem of a template, each with the path of the field."""
+"""Collecting every problem of a template, each with the path of the field.
+
+Messages stay short whatever the template holds: values are quoted through
+``show`` (about 100 characters at most), a field name in a path is cut the
+same way, a message is capped as a backstop, and an error lists at most
+MAX_LISTED problems, then says how many more there are.
+"""
 
 from relay.errors import TemplateError
+from relay.quoting import QUOTE_LIMIT, quote, shorten
+
+MAX_LISTED = 20
+MAX_MESSAGE = 3 * QUOTE_LIMIT
 
 
 class Problems:
@@ -10,7 +20,7 @@ class Problems:
         self.items = []
 
     def add(self, path, message):
-        self.items.append((path, message))
+        self.items.append((shorten(path, 2 * QUOTE_LIMIT), shorten(message, MAX_MESSAGE)))
 
     def raise_if_any(self, source):
         if self.items:
@@ -21,25 +31,36 @@ class Problems:
 
 
 class InvalidTemplate(TemplateError):
-    """A template or pattern with one or more problems, all listed."""
+    """A template or pattern with one or more problems, all counted, the first MAX_LISTED listed."""
 
     def __init__(self, source, problems):
         self.source = source
         self.problems = tuple(problems)
         count = len(self.problems)
         lines = [f"{source}: {count} problem{'s' if count != 1 else ''}"]
-        lines += [f"  {path}: {message}" if path else f"  {message}" for path, message in self.problems]
+        lines += [f"  {path}: {message}" if path else f"  {message}" for path, message in self.problems[:MAX_LISTED]]
+        if count > MAX_LISTED:
+            lines.append(f"  ... and {count - MAX_LISTED} more")
         super().__init__("\n".join(lines))
+
+
+class TemplateTooLarge(InvalidTemplate):
+    """A template past a limit (bytes, expanded nodes, nesting depth): refused before it is built."""
+
+    def __init__(self, source, problem):
+        TemplateError.__init__(self, f"{source}: {problem}")
+        self.source = source
+        self.problems = (("", problem),)
 
 
 def join(path, key):
     """Extend a field path: join("events[1].pattern", "created_at") → "events[1].pattern.created_at"."""
     if isinstance(key, int):
         return f"{path}[{key}]"
-    return f"{path}.{key}" if path else str(key)
+    key = shorten(key if isinstance(key, str) else quote(key))
+    return f"{path}.{key}" if path else key
 
 
 def show(value):
-    """A short, unambiguous rendering of a YAML value for a message."""
-    text = repr(value)
-    return text if len(text) <= 80 else text[:77] + "..."
+    """A short, unambiguous rendering of a YAML value for a message (see relay.quoting)."""
+    return quote(value)

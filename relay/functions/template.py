@@ -4,7 +4,9 @@
 TemplateError listing every problem, each with the path of the field
 (``events[1].pattern.created_at.gt``), the offending value and the rule.
 Unknown keys in the template's own structure are errors, so a typo never
-silently does nothing; pattern field names are free.
+silently does nothing; pattern field names are free. The YAML is read
+within limits of size, expanded nodes and depth (relay.functions.document),
+and a value is quoted in a message at about 100 characters at most.
 """
 
 import re
@@ -16,8 +18,9 @@ import yaml
 
 from relay.durations import MINUTE, SECOND, DurationError, format_duration, parse_duration
 from relay.names import env_name_problem, secret_name_problem
+from relay.functions.document import load_document
 from relay.functions.patterns import Pattern, compile_pattern
-from relay.functions.problems import InvalidTemplate, Problems, join, show
+from relay.functions.problems import Problems, join, show
 
 RUNTIMES = ("python3.14", "node24")
 DEFAULT_CONCURRENCY = 2
@@ -31,7 +34,6 @@ _RULE_KEYS = ("handler", "pattern", "timeout", "retries")
 _SCHEDULE_KEYS = ("handler", "cron", "timezone", "timeout")
 _HANDLER = re.compile(r"((?:[A-Za-z0-9_][A-Za-z0-9_-]*\.)*[A-Za-z0-9_][A-Za-z0-9_-]*)\.([A-Za-z_$][A-Za-z0-9_$]*)",
                       re.ASCII)
-_Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 @dataclass(frozen=True)
@@ -72,8 +74,7 @@ class Template:
 def parse_template(text, source="template.yaml"):
     """Validate the YAML *text* of a template; *source* names it in errors."""
     problems = Problems()
-    document, root = _load_yaml(text, source)
-    _check_duplicate_keys(root, "", problems)
+    document, root = load_document(text, source, problems)
     if not isinstance(document, dict):
         problems.add("", f"a template is a mapping with runtime and events or schedules, not {show(document)}")
         problems.raise_if_any(source)
@@ -94,40 +95,6 @@ def parse_template(text, source="template.yaml"):
     problems.raise_if_any(source)
     return Template(runtime=runtime, concurrency=concurrency, rules=tuple(rules), schedules=tuple(schedules),
                     env=MappingProxyType(env), secrets=MappingProxyType(secrets))
-
-
-def _load_yaml(text, source):
-    """The constructed document and its node tree (for raw scalars and duplicate keys)."""
-    loader = _Loader(text)
-    try:
-        root = loader.get_single_node()
-        document = loader.construct_document(root) if root is not None else None
-    except yaml.YAMLError as error:
-        raise InvalidTemplate(source, [("", f"is not valid YAML: {_yaml_problem(error)}")]) from None
-    finally:
-        loader.dispose()
-    return document, root
-
-
-def _yaml_problem(error):
-    problem = getattr(error, "problem", None) or str(error)
-    mark = getattr(error, "problem_mark", None)
-    where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
-    return " ".join(f"{problem}{where}".split())
-
-
-def _check_duplicate_keys(node, path, problems):
-    if isinstance(node, yaml.MappingNode):
-        seen = set()
-        for key_node, value_node in node.value:
-            key = key_node.value if isinstance(key_node, yaml.ScalarNode) else None
-            if key is not None and key in seen:
-                problems.add(join(path, key), "is given twice; YAML would keep only the last one")
-            seen.add(key)
-            _check_duplicate_keys(value_node, join(path, key) if key is not None else path, problems)
-    elif isinstance(node, yaml.SequenceNode):
-        for index, item in enumerate(node.value):
-            _check_duplicate_keys(item, join(path, index), problems)
 
 
 def _unknown_keys(mapping, allowed, path, problems, what):
@@ -208,13 +175,13 @@ def _timeout(item, path, problems):
     try:
         timeout = parse_duration(value)
     except DurationError as error:
-        problems.add(where, f"{value!r} is not a duration ({error}); use e.g. 20s or 1m30s")
+        problems.add(where, f"{show(value)} is not a duration ({error}); use e.g. 20s or 1m30s")
         return None
     if timeout <= 0:
-        problems.add(where, f"{value!r} must be longer than zero")
+        problems.add(where, f"{show(value)} must be longer than zero")
         return None
     if timeout > MAX_TIMEOUT:
-        problems.add(where, f"{value!r} is longer than the maximum of {format_duration(MAX_TIMEOUT)}")
+        problems.add(where, f"{show(value)} is longer than the maximum of {format_duration(MAX_TIMEOUT)}")
         return None
     return timeout
 
@@ -258,7 +225,7 @@ def _timezone(item, path, problems):
     try:
         ZoneInfo(value)
     except (ZoneInfoNotFoundError, ValueError):
-        problems.add(where, f"{value!r} is not an IANA time zone such as Europe/Rome or America/Sao_Paulo")
+        problems.add(where, f"{show(value)} is not an IANA time zone such as Europe/Rome or America/Sao_Paulo")
         return None
     return value
 

@@ -1,0 +1,134 @@
+"""A template's YAML, read within limits: bytes, expanded nodes, nesting depth.
+
+YAML anchors and aliases let a few hundred bytes stand for a hundred million
+values (8 levels of 10 aliases each), and a walk over what they expand to
+holds the one thread everything runs on. So the text is composed into its
+node graph first, where an alias is the very node object it names, and
+measured there before anything is constructed:
+
+* more than MAX_TEMPLATE_BYTES of text is refused without parsing it;
+* a document that expands to more than MAX_NODES nodes is refused; a shared
+  node counts at every reference, but its expanded size is computed once
+  (memoised by id), so measuring costs the size of the text, not of the
+  expansion;
+* nesting deeper than MAX_DEPTH collections is refused (an alias that
+  contains itself nests forever, so it is refused too).
+
+Within the limits, anchors keep working for ordinary reuse, such as a
+pattern shared by two rules. The duplicate-key walk visits every node once.
+"""
+
+import yaml
+
+from relay.functions.problems import InvalidTemplate, TemplateTooLarge, join
+
+MAX_TEMPLATE_BYTES = 64 * 1024
+MAX_NODES = 10_000
+MAX_DEPTH = 32
+
+_Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+class _Refused(Exception):
+    def __init__(self, problem):
+        super().__init__(problem)
+        self.problem = problem
+
+
+def too_large(size):
+    """The problem of a template of *size* bytes, or None."""
+    if size > MAX_TEMPLATE_BYTES:
+        return f"is larger than {MAX_TEMPLATE_BYTES // 1024} KiB; a template is refused unread past that"
+    return None
+
+
+def load_document(text, source, problems):
+    """The constructed document and its node graph; adds duplicate keys to *problems*.
+
+    Raises TemplateTooLarge past a limit, InvalidTemplate for text that is not YAML.
+    """
+    problem = too_large(len(text.encode("utf-8", "surrogatepass")))
+    if problem:
+        raise TemplateTooLarge(source, problem)
+    loader = _Loader(text)
+    try:
+        root = loader.get_single_node()
+        if root is None:
+            return None, None
+        measure(root)
+        _check_duplicate_keys(root, problems)
+        document = loader.construct_document(root)
+    except _Refused as refused:
+        raise TemplateTooLarge(source, refused.problem) from None
+    except RecursionError:
+        raise TemplateTooLarge(source, _too_deep()) from None
+    except yaml.YAMLError as error:
+        raise InvalidTemplate(source, [("", f"is not valid YAML: {_yaml_problem(error)}")]) from None
+    except ValueError as error:  # e.g. an integer past Python's digit limit
+        raise InvalidTemplate(source, [("", f"is not a usable YAML value: {error}")]) from None
+    finally:
+        loader.dispose()
+    return document, root
+
+
+def measure(root):
+    """Refuse *root* (a composed node) past MAX_NODES expanded nodes or MAX_DEPTH levels; else its size."""
+    known = {}  # id(node) -> (expanded nodes, collection levels from it down)
+
+    def visit(node, depth):
+        """*depth*: the collections above *node*."""
+        if isinstance(node, yaml.ScalarNode):
+            return 1, 0
+        seen = known.get(id(node))
+        if seen is None:
+            if depth >= MAX_DEPTH:
+                raise _Refused(_too_deep())
+            children = ([part for pair in node.value for part in pair] if isinstance(node, yaml.MappingNode)
+                        else node.value)
+            size, height = 1, 0
+            for child in children:
+                child_size, child_height = visit(child, depth + 1)
+                size += child_size
+                height = max(height, child_height)
+                if size > MAX_NODES:
+                    raise _Refused(f"expands to more than {MAX_NODES} nodes")
+            seen = known[id(node)] = (size, height + 1)
+        if depth + seen[1] > MAX_DEPTH:
+            raise _Refused(_too_deep())
+        return seen
+
+    return visit(root, 0)[0]
+
+
+def _too_deep():
+    return f"nests deeper than {MAX_DEPTH} levels"
+
+
+def _check_duplicate_keys(root, problems):
+    """Every mapping's repeated keys, each mapping looked at once however often it is referenced."""
+    visited = set()
+    pending = [(root, "")]
+    while pending:
+        node, path = pending.pop()
+        if isinstance(node, yaml.ScalarNode) or id(node) in visited:
+            continue
+        visited.add(id(node))
+        if isinstance(node, yaml.MappingNode):
+            seen = set()
+            children = []
+            for key_node, value_node in node.value:
+                key = key_node.value if isinstance(key_node, yaml.ScalarNode) else None
+                if key is not None and key in seen:
+                    problems.add(join(path, key), "is given twice; YAML would keep only the last one")
+                seen.add(key)
+                children.append((value_node, join(path, key) if key is not None else path))
+        else:
+            children = [(item, join(path, index)) for index, item in enumerate(node.value)]
+        pending.extend(reversed(children))
+
+
+def _yaml_problem(error):
+    problem = getattr(error, "problem", None) or str(error)
+    mark = getattr(error, "problem_mark", None)
+    where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+    return " ".join(f"{problem}{where}".split())
