@@ -15,6 +15,12 @@ when it changes. A new function starts matching once its image is built.
 The catalog swaps its snapshot atomically, so a dispatch that is running
 keeps the version it started with.
 
+Hashing a directory and loading a template (reading, parsing, validating)
+run through *offload*, the hub's thread pool under ``relay start``: a huge
+function or a hostile template costs a worker thread, never the hub, so
+events keep moving meanwhile. A template may not use the webhook's secret
+(``relay git set --webhook-secret``); its name is read at every load.
+
 Requests come from the startup load (every directory, waited for), the
 watcher (debounced) and the 30 s rescan. A request for a function that is
 being reconciled coalesces into one more pass after the current one; a few
@@ -30,11 +36,13 @@ from gevent.event import Event
 from gevent.pool import Pool
 
 from relay.catalog import ActiveFunction
+from relay.config import STATE_DIR
 from relay.durations import format_duration
 from relay.errors import BuildError, TemplateError
 from relay.functions import MissingTemplate, fingerprint_directory, function_name_problem, load_function
 from relay.functions.function import TEMPLATE_FILE
 from relay.loading import function_names
+from relay.secrets import webhook_secret_name
 from relay.state import EVENT, FAILED, PENDING, READY, SCHEDULE, SUCCESS, FunctionRecord, HandlerRecord, now
 
 log = logging.getLogger("relay.reconciler")
@@ -51,16 +59,19 @@ class _Failure:
 
 class Reconciler:
     def __init__(self, functions_dir, builder, catalog, *, retire=None, on_change=None, offload=None,
-                 rescan_interval=RESCAN_INTERVAL, parallel=PARALLEL, clock=now):
+                 webhook_secret=None, rescan_interval=RESCAN_INTERVAL, parallel=PARALLEL, clock=now):
         """*retire(tag)* disposes of an image that stopped being active; *on_change(records)*
         receives every FunctionRecord whenever one changes; *offload(function, *args)* runs
-        a blocking call (hashing a directory) away from the hub."""
+        a blocking call (hashing a directory, loading a template) away from the hub;
+        *webhook_secret()* names the secret no template may use (default: the git source
+        under /var/lib/relay)."""
         self.root = Path(functions_dir)
         self.builder = builder
         self.catalog = catalog
         self.retire = retire or (lambda tag: None)
         self.on_change = on_change or (lambda records: None)
         self.offload = offload or (lambda function, *args: function(*args))
+        self.webhook_secret = webhook_secret or (lambda: webhook_secret_name(STATE_DIR))
         self.rescan_interval = rescan_interval
         self.clock = clock
         self.records = {}      # name -> FunctionRecord: the state view
@@ -170,7 +181,7 @@ class Reconciler:
 
     def _update(self, name, directory, fingerprint, active):
         try:
-            function = load_function(directory)
+            function = self.offload(load_function, directory, self.webhook_secret())
         except MissingTemplate:
             return  # removed since the check; the next change brings it back
         except TemplateError as error:

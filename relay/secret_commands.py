@@ -3,7 +3,8 @@
 They need neither Redis nor Docker and import nothing heavy. ``set`` reads
 the value from the terminal with echo off, or else all of standard input,
 and stores it byte for byte (``echo`` adds a newline; ``printf`` does not).
-A value is never echoed, printed or put in an error message.
+A value is never echoed, printed or put in an error message. ``ls`` marks
+the secret that signs webhook deliveries (``relay git set --webhook-secret``).
 """
 
 import sys
@@ -21,7 +22,9 @@ def run(args, store=None, stdin=None):
         if name is not None and secret_name_problem(name):  # before anyone types a value
             raise SecretError(secret_name_problem(name))
         if command == "ls":
-            print("\n".join(["NAME", *store.names()]))
+            webhook = store.webhook_secret()
+            print("\n".join(["NAME", *(f"{secret}  (webhook secret: never handed to a function)"
+                                        if secret == webhook else secret for secret in store.names())]))
         elif command == "set":
             store.set(name, read_value(name, stdin))
         else:

@@ -7,9 +7,16 @@ touching templates or the runner, and a rotated value is used by the very
 next invocation with no rebuild, restart or fingerprint change.
 
 ``FileSecretStore`` keeps one file per secret under /var/lib/relay/secrets:
-the directory is made with mode 0700 on the first write, and each file is
-written atomically (temporary file, fsync, rename) with mode 0600. It also
-lists, writes and removes secrets for ``relay secret``.
+the directory is made with mode 0700 on the first write, an existing one is
+narrowed to 0700 whenever a store is opened (``relay start`` and every
+``relay secret`` command), and each file is written atomically (temporary
+file, fsync, rename) with mode 0600. It also lists, writes and removes
+secrets for ``relay secret``.
+
+The secret named by ``relay git set --webhook-secret`` signs webhook
+deliveries; it belongs to Relay, and ``environment`` never hands it to a
+function, whatever the template says (the function loader refuses such a
+template too; see relay.functions.function).
 
 Values never appear in an error message, a log line or a repr; errors name
 the reference only. This module stays light (no YAML, gevent, Docker or
@@ -27,13 +34,19 @@ from relay.names import secret_name_problem
 
 SECRETS_DIR = Path(STATE_DIR) / "secrets"
 MAX_VALUE_BYTES = 64 * 1024  # far below what one environment variable may hold
+WEBHOOK_REFUSAL = ("secret {name!r} is the git webhook's HMAC secret (relay git set --webhook-secret) "
+                   "and is never handed to a function")
 
 class SecretError(RelayError):
     """A secret is missing, unreadable, unusable or has an invalid name."""
 
 
 class SecretProvider(Protocol):
-    """What the runner needs from a secret backend."""
+    """What the runner needs from a secret backend.
+
+    A backend may also have ``webhook_secret()``, the name of the secret it
+    keeps for the webhook (or None): that one is never handed to a function.
+    """
 
     def get(self, name: str) -> str:
         """The value of secret *name*; SecretError naming *name* (never a value) if it cannot."""
@@ -58,7 +71,20 @@ class FileSecretStore:
     """The local provider: one file per secret in *directory*."""
 
     def __init__(self, directory=SECRETS_DIR):
+        """Opening the store narrows an existing directory to 0700 (an older Relay, or someone
+        by hand, may have left it readable by others); one it cannot change is left as it is."""
         self.directory = Path(directory)
+        with suppress(FileNotFoundError, NotADirectoryError, PermissionError):
+            if os.stat(self.directory).st_mode & 0o077:
+                os.chmod(self.directory, 0o700)
+
+    def webhook_secret(self):
+        """The name of the secret that signs webhook deliveries, or None.
+
+        It is read from the git source next to the store (<state>/git/source.json)
+        every time, so a ``relay git set`` made after start counts at once.
+        """
+        return webhook_secret_name(self.directory.parent)
 
     def get(self, name):
         path = self._path(name)
@@ -148,11 +174,32 @@ class FileSecretStore:
                 os.close(fd)
 
 
+def webhook_secret_name(state_dir):
+    """The webhook's secret name in the git source under *state_dir*, or None (none configured,
+    or a source file so broken that neither git sync nor the webhook uses it)."""
+    from relay.gitsync.layout import Layout
+    from relay.gitsync.errors import SourceError
+    from relay.gitsync.source import load_source
+
+    try:
+        source = load_source(Layout(state_dir=Path(state_dir)))
+    except SourceError:
+        return None
+    return source.webhook_secret if source is not None else None
+
+
 def environment(function, provider):
-    """The variables of one invocation: the template's env as written, then its resolved secrets."""
+    """The variables of one invocation: the template's env as written, then its resolved secrets.
+
+    The webhook's secret is refused even when the template was loaded before
+    ``relay git set --webhook-secret`` named it.
+    """
     template = function.template
     variables = dict(template.env)
+    webhook = provider.webhook_secret() if template.secrets and hasattr(provider, "webhook_secret") else None
     for variable, reference in template.secrets.items():
+        if reference == webhook:
+            raise SecretError(f"cannot set {variable}: {WEBHOOK_REFUSAL.format(name=reference)}")
         try:
             variables[variable] = provider.get(reference)
         except SecretError as error:

@@ -21,7 +21,7 @@ import time
 from datetime import date, datetime, timezone
 
 from relay.durations import DurationError, parse_duration
-from relay.functions.problems import InvalidTemplate, Problems, join, show
+from relay.functions.problems import InvalidTemplate, Problems, join, reason, show
 from relay.quoting import shorten
 
 OPERATORS = ("equals", "prefix", "suffix", "exists", "gt", "gte", "lt", "lte")
@@ -229,7 +229,7 @@ def _comparison_bound(value, path, problems):
             try:
                 offset = parse_duration(duration)
             except DurationError as error:
-                problems.add(path, f"{show(value)}: {error}")
+                problems.add(path, f"{show(value)}: {reason(error, duration)}")
                 return None
             return ("now", offset if sign == "+" else -offset)
         if value.startswith("now"):

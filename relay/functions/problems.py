@@ -61,6 +61,11 @@ def join(path, key):
     return f"{path}.{key}" if path else key
 
 
+def reason(error, value):
+    """*error*'s text with any full quotation of *value* in it shortened like ``show``."""
+    return str(error).replace(repr(value), show(value))
+
+
 def show(value):
     """A short, unambiguous rendering of a YAML value for a message (see relay.quoting)."""
     return quote(value)

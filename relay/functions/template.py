@@ -20,7 +20,7 @@ from relay.durations import MINUTE, SECOND, DurationError, format_duration, pars
 from relay.names import env_name_problem, secret_name_problem
 from relay.functions.document import load_document
 from relay.functions.patterns import Pattern, compile_pattern
-from relay.functions.problems import Problems, join, show
+from relay.functions.problems import Problems, join, reason, show
 
 RUNTIMES = ("python3.14", "node24")
 DEFAULT_CONCURRENCY = 2
@@ -175,7 +175,7 @@ def _timeout(item, path, problems):
     try:
         timeout = parse_duration(value)
     except DurationError as error:
-        problems.add(where, f"{show(value)} is not a duration ({error}); use e.g. 20s or 1m30s")
+        problems.add(where, f"{show(value)} is not a duration ({reason(error, value)}); use e.g. 20s or 1m30s")
         return None
     if timeout <= 0:
         problems.add(where, f"{show(value)} must be longer than zero")
@@ -224,7 +224,7 @@ def _timezone(item, path, problems):
         return None
     try:
         ZoneInfo(value)
-    except (ZoneInfoNotFoundError, ValueError):
+    except (ZoneInfoNotFoundError, ValueError, OSError):  # OSError: a name too long for a file name
         problems.add(where, f"{show(value)} is not an IANA time zone such as Europe/Rome or America/Sao_Paulo")
         return None
     return value
