@@ -1,0 +1,107 @@
+"""Hostile templates and the webhook's secret under a real ``python -m relay start``
+(real redis-server, Docker builds and containers), /functions and /var/lib/relay
+bind-mounted from temporary directories in a private mount namespace."""
+
+import json
+import os
+import stat
+
+from relay.functions.document import MAX_NODES
+from relay.gitsync.layout import Layout
+from relay.gitsync.source import make_source, save_source
+from relay.secrets import FileSecretStore
+from relay.state import FAILED, READY, StateReader
+from tests.engine.workers import Worker, engine_env, namespaced_relay_command, wait_until, write_function
+from tests.test_hot_reload import publish, remove_images, token  # noqa: F401  (token is a fixture)
+from tests.test_template_limits import alias_bomb
+
+SOURCE = 'def handler(event):\n    print("{name} v1 n=" + str(event["n"]), flush=True)\n'
+TEMPLATE = """runtime: python3.14
+events:
+  - handler: app.handler
+    pattern: {{kind: [{name}]}}
+secrets:
+  {variable}: {secret}
+"""
+REFUSAL = "is the git webhook's HMAC secret (relay git set --webhook-secret) and is never handed to a function"
+
+
+def webhook_secret(state, name):
+    save_source(Layout(state_dir=state), make_source("git@github.com:acme/repo.git", webhook_secret=name))
+
+
+def start_relay(redis_server, tmp_path, functions, state, token):
+    worker = Worker(namespaced_relay_command(functions, state, f"relay-hostile-{token}"), engine_env(redis_server),
+                    tmp_path, "relay")
+    worker.wait_for('msg="Relay started"', timeout=180)
+    return worker
+
+
+def test_a_bomb_hot_reloaded_into_a_running_relay_never_stops_events_and_the_state_shows_a_short_error(
+        redis_server, redis_client, docker_engine, tmp_path, token):
+    functions, state = tmp_path / "functions", tmp_path / "state"
+    functions.mkdir()
+    state.mkdir()
+    steady = f"steady-{token}"
+    write_function(functions, steady, TEMPLATE.format(name=steady, variable="API_TOKEN", secret="api-token"),
+                   {"app.py": SOURCE.format(name=steady)})
+    FileSecretStore(state / "secrets").set("api-token", b"token-value")
+    worker = None
+    try:
+        worker = start_relay(redis_server, tmp_path, functions, state, token)
+        publish(redis_client, steady, 1)
+        worker.wait_for(f"{steady} v1 n=1", where="stdout")
+
+        (functions / steady / "template.yaml").write_text(alias_bomb("secrets: {API_TOKEN: *l7}"))
+        worker.wait_for('msg="Invalid function; the previous version keeps serving"')
+        publish(redis_client, steady, 2)             # events keep flowing: the old version serves
+        worker.wait_for(f"{steady} v1 n=2", where="stdout")
+        reader = StateReader(state / "db.sqlite3")
+        expected = f"/functions/{steady}/template.yaml: expands to more than {MAX_NODES} nodes"
+
+        def row():
+            record = reader.function(steady)
+            return record.status, record.last_reconcile_status, record.last_error
+
+        wait_until(lambda: row() == (READY, FAILED, expected), timeout=20, what="the state to show the short error")
+        assert len(worker.stderr) < 100_000
+    finally:
+        if worker is not None:
+            worker.kill()
+        remove_images(docker_engine, token)
+
+
+def test_the_webhook_secret_is_never_handed_to_a_function_and_the_store_is_narrowed_at_start(
+        redis_server, redis_client, docker_engine, tmp_path, token):
+    functions, state = tmp_path / "functions", tmp_path / "state"
+    functions.mkdir()
+    steady, hooked = f"steady-{token}", f"hooked-{token}"
+    store = FileSecretStore(state / "secrets")
+    store.set("api-token", b"token-value")
+    store.set("github-webhook", b"hmac-key")
+    os.chmod(state / "secrets", 0o755)               # as an older Relay or a hand-made directory left it
+    webhook_secret(state, "github-webhook")
+    write_function(functions, steady, TEMPLATE.format(name=steady, variable="API_TOKEN", secret="api-token"),
+                   {"app.py": SOURCE.format(name=steady)})
+    write_function(functions, hooked, TEMPLATE.format(name=hooked, variable="HOOK", secret="github-webhook"),
+                   {"app.py": SOURCE.format(name=hooked)})
+    worker = None
+    try:
+        worker = start_relay(redis_server, tmp_path, functions, state, token)
+        refused = [line for line in worker.stderr.splitlines() if 'msg="Invalid function; skipped"' in line]
+        assert len(refused) == 1 and hooked in refused[0] and "secrets.HOOK" in refused[0], worker.stderr[-3000:]
+        assert REFUSAL in refused[0]
+        assert stat.S_IMODE((state / "secrets").stat().st_mode) == 0o700
+        publish(redis_client, steady, 1)
+        worker.wait_for(f"{steady} v1 n=1", where="stdout")
+
+        webhook_secret(state, "api-token")           # named after the load: still never handed over
+        publish(redis_client, steady, 2)
+        worker.wait_for(f"cannot set API_TOKEN: secret 'api-token' {REFUSAL}")
+        assert f"{steady} v1 n=2" not in worker.stdout
+        assert "token-value" not in worker.stderr and "hmac-key" not in worker.stderr
+        assert json.loads((state / "git" / "source.json").read_text())["webhook_secret"] == "api-token"
+    finally:
+        if worker is not None:
+            worker.kill()
+        remove_images(docker_engine, token)
