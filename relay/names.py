@@ -40,5 +40,6 @@ def secret_name_problem(name):
 def env_name_problem(name):
     """Why *name* is not a valid environment variable name, or None when it is."""
     if not isinstance(name, str) or not _ENV_NAME.fullmatch(name):
-        return f"{quote(name)} is not a valid environment variable name: use letters, digits and '_', not starting with a digit"
+        return (f"{quote(name)} is not a valid environment variable name: use letters, digits and '_', "
+                f"not starting with a digit")
     return None

@@ -160,7 +160,8 @@ def test_a_slow_load_runs_off_the_hub_so_other_greenlets_keep_ticking(tmp_path, 
     write(root, "slow")
     write(root, "bomb", template=alias_bomb("secrets: {TOKEN: *l7}"))
     hub = gevent.get_hub()
-    reconciler = Reconciler(root, Builder(), Catalog(), offload=lambda function, *args: hub.threadpool.apply(function, args))
+    reconciler = Reconciler(root, Builder(), Catalog(),
+                            offload=lambda function, *args: hub.threadpool.apply(function, args))
     ticks = []
 
     def ticker():
