@@ -9,14 +9,13 @@ its container. A timer thread does it (a greenlet when gevent has patched
 threading); shutting a socket down wakes a reader blocked on it in either.
 
 ``Tail`` keeps the last bytes of the output for the error message, so a
-failed install that prints megabytes (or one enormous line) quotes a few
-lines, never all of it.
+failed install that prints megabytes (or one enormous line) quotes its
+end, never all of it.
 """
 
 import socket
 import threading
 import time
-from collections import deque
 
 
 class Cutoff:
@@ -60,22 +59,27 @@ def _socket_of(response):
 
 
 class Tail:
-    """The last *limit* bytes of build output (UTF-8), kept as whole lines where they fit."""
+    """The last *limit* bytes of build output (UTF-8, lines joined by newlines); "..." marks a cut."""
+
+    _CUT = b"..."
 
     def __init__(self, limit):
         self.limit = limit
-        self._lines = deque()
-        self._size = 0
+        self._data = bytearray()
+        self._cut = False
 
     def add(self, line):
-        data = line.encode("utf-8", "replace")[-self.limit:].decode("utf-8", "ignore").encode()
-        self._lines.append(data)
-        self._size += len(data) + 1  # and the newline that joins it
-        while self._size - 1 > self.limit:
-            self._size -= len(self._lines.popleft()) + 1
+        if self._data:
+            self._data += b"\n"
+        self._data += line.encode("utf-8", "replace")
+        room = self.limit - len(self._CUT)
+        if len(self._data) > room:
+            del self._data[:-room]
+            self._cut = True
 
     def text(self):
-        return b"\n".join(self._lines).decode()
+        text = bytes(self._data).decode("utf-8", "ignore")
+        return self._CUT.decode() + text if self._cut else text
 
     def __bool__(self):
-        return bool(self._lines)
+        return bool(self._data)
