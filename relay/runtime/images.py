@@ -17,8 +17,8 @@ install cannot take the host's memory.
 
 Build output goes to DEBUG logs line by line; a failed build raises
 BuildError quoting at most the last TAIL_BYTES of the output, logs it at
-ERROR, and calls the
-``on_build_failure(function_name)`` hook (the build_failures_total metric).
+ERROR, and calls the ``on_build_failure(function_name)`` hook (the
+build_failures_total metric).
 Nothing is swapped here: whichever version the caller runs stays active
 until it switches to the returned tag.
 """
