@@ -7,6 +7,7 @@ directories are /functions and /var/lib/relay.
 import fcntl
 import json
 import os
+import secrets
 import stat
 import subprocess
 import sys
@@ -230,17 +231,19 @@ def test_path_selects_a_subdirectory_of_a_monorepo(ready, repo, git_server):
 
 
 def test_sync_replaces_functions_exactly_and_zero_functions_is_fine(ready, repo):
-    repo.commit({**function("keep"), **function("dropped"), "Not_A_Name/template.yaml": "x",
-                 "keep/passwd": Symlink("/etc/passwd"), "docs/readme.md": "not a function"})
+    repo.commit({**function("keep"), **function("dropped"), **function("linked"), "Not_A_Name/template.yaml": "x",
+                 "linked/passwd": Symlink("/etc/passwd"), "docs/readme.md": "not a function"})
     (ready.functions / "placed-by-hand").mkdir()
     (ready.functions / "placed-by-hand/template.yaml").write_text(TEMPLATE % "hand")
     result = ready.ok("sync")
     assert ready.listing() == ["dropped", "dropped/app.py", "dropped/template.yaml",
                                "keep", "keep/app.py", "keep/template.yaml"]
     assert "  removed  placed-by-hand" in result.stdout.splitlines()
+    assert "  rejected linked" in result.stdout.splitlines()
     assert "Synced 2 functions from" in result.stdout
     assert "'Not_A_Name' is not a valid function name" in result.stderr
-    assert "keep/passwd is a symbolic link to '/etc/passwd', outside the function; not copied" in result.stderr
+    assert ("linked/passwd: symbolic link leads outside the function; function 'linked' not synced"
+            in result.stderr)
 
     repo.commit({"dropped": None})
     result = ready.ok("sync")
@@ -249,6 +252,24 @@ def test_sync_replaces_functions_exactly_and_zero_functions_is_fine(ready, repo)
     repo.commit({"README.md": "no functions here"}, replace=True)
     result = ready.ok("sync")
     assert os.listdir(ready.functions) == [] and "Synced 0 functions from" in result.stdout
+
+
+def test_a_chain_of_links_out_is_rejected_and_the_synced_version_stays(ready, repo):
+    """``a -> .``, ``b -> a/..``, ``c -> b/..`` each look inside as text; in /functions, c would be /."""
+    canary = secrets.token_hex(20)
+    (ready.state / "secrets").mkdir()
+    (ready.state / "secrets/db-password").write_text(canary)
+    repo.commit(function("chained"))
+    ready.ok("sync")
+    before = ready.listing()
+    repo.commit({"chained/a": Symlink("."), "chained/b": Symlink("a/.."), "chained/c": Symlink("b/.."),
+                 "chained/requirements.txt": Symlink("c/var/lib/relay/secrets/db-password")})
+    result = ready.ok("sync")
+    assert ("chained/b, chained/c, chained/requirements.txt: symbolic links lead outside the function; "
+            "function 'chained' not synced") in result.stderr
+    assert "  rejected chained" in result.stdout.splitlines() and "Synced 0 functions from" in result.stdout
+    assert ready.listing() == before == ["chained", "chained/app.py", "chained/template.yaml"]
+    assert canary not in result.stdout + result.stderr
 
 
 def test_a_new_repository_is_cloned_afresh(ready, repo, git_server):

@@ -101,23 +101,47 @@ def test_unchanged_functions_are_left_alone(tmp_path, warnings):
     assert sync(source, functions, warnings).updated == ["a"]
 
 
-def test_links_out_of_the_function_are_never_copied(tmp_path, warnings):
+def test_links_inside_the_function_are_copied_as_links(tmp_path, warnings):
+    source = tree(tmp_path / "checkout", {
+        "fn/template.yaml": "t", "fn/app.py": "a", "fn/inside": ("link", "app.py"),
+        "fn/sub/back": ("link", "../app.py"), "fn/here": ("link", "."), "fn/roundabout": ("link", "../fn/app.py"),
+    })
+    functions = tmp_path / "functions"
+    assert sync(source, functions, warnings).added == ["fn"] and warnings == []
+    assert listing(functions / "fn") == {"template.yaml": "t", "app.py": "a", "inside": ("link", "app.py"),
+                                         "here": ("link", "."), "roundabout": ("link", "../fn/app.py"),
+                                         "sub": "dir", "sub/back": ("link", "../app.py")}
+
+
+def test_a_function_with_a_link_out_is_rejected_whole_and_its_old_copy_kept(tmp_path, warnings):
     source = tree(tmp_path / "checkout", {
         "fn/template.yaml": "t", "fn/app.py": "a",
         "fn/passwd": ("link", "/etc/passwd"), "fn/up": ("link", "../other/secret"),
         "fn/sub/deep": ("link", "../../../outside"), "fn/etc": ("link", "/etc"),
-        "fn/inside": ("link", "app.py"), "fn/sub/back": ("link", "../app.py"),
+        "fn/inside": ("link", "app.py"), "other/template.yaml": "o",
     })
+    functions = tree(tmp_path / "functions", {"fn/template.yaml": "the version before", "gone/template.yaml": "g"})
+    changes = sync(source, functions, warnings)
+    assert (changes.added, changes.removed, changes.rejected) == (["other"], ["gone"], ["fn"])
+    assert listing(functions / "fn") == {"template.yaml": "the version before"}
+    assert warnings == ["fn/etc, fn/passwd, fn/sub/deep, fn/up: symbolic links lead outside the function; "
+                        "function 'fn' not synced"]
+
+
+def test_a_chain_of_links_that_climbs_out_is_caught_on_real_paths(tmp_path, warnings):
+    """``a -> .``, ``b -> a/..``, ``c -> b/..`` each normalise to a path inside; c really is two levels up."""
+    host = tree(tmp_path / "host", {"var/lib/relay/secrets/db-password": "hunter2-db-password"})
+    source = tree(tmp_path / "checkout" / "repo", {
+        "fn/template.yaml": "t", "fn/a": ("link", "."), "fn/b": ("link", "a/.."), "fn/c": ("link", "b/.."),
+        "fn/requirements.txt": ("link", "c/../host/var/lib/relay/secrets/db-password"),
+    })
+    assert (source / "fn/requirements.txt").read_text() == "hunter2-db-password"  # the chain works on disk
     functions = tmp_path / "functions"
-    sync(source, functions, warnings)
-    assert listing(functions / "fn") == {"template.yaml": "t", "app.py": "a", "inside": ("link", "app.py"),
-                                         "sub": "dir", "sub/back": ("link", "../app.py")}
-    assert sorted(warnings) == [
-        "fn/etc is a symbolic link to '/etc', outside the function; not copied",
-        "fn/passwd is a symbolic link to '/etc/passwd', outside the function; not copied",
-        "fn/sub/deep is a symbolic link to '../../../outside', outside the function; not copied",
-        "fn/up is a symbolic link to '../other/secret', outside the function; not copied",
-    ]
+    changes = sync(source, functions, warnings)
+    assert changes.rejected == ["fn"] and not (functions / "fn").exists()
+    assert warnings == ["fn/b, fn/c, fn/requirements.txt: symbolic links lead outside the function; "
+                        "function 'fn' not synced"]
+    assert host.is_dir()
 
 
 def test_zero_functions_empty_the_directory(tmp_path, warnings):

@@ -71,21 +71,29 @@ def test_nothing_is_written_into_the_function_directory(function_dir):
 
 
 def test_symlinks_inside_are_kept_as_links_and_outside_ones_left_out(function_dir, tmp_path, caplog):
+    """The loader refuses a function with a link out (tests/test_function_links.py); links that
+    appear after the load are the context's to leave out, judged on their real paths."""
     (tmp_path / "secret.txt").write_text("host secret\n")
     os.symlink("handler.py", function_dir / "alias.py")
     os.symlink("pkg/inner", function_dir / "inner")
+    os.symlink(".", function_dir / "here")
+    function = load_function(function_dir)
     os.symlink("../../../secret.txt", function_dir / "pkg" / "escape.txt")
     os.symlink(str(tmp_path / "secret.txt"), function_dir / "absolute.txt")
     os.symlink(str(tmp_path), function_dir / "outside-dir")
+    os.symlink("here/..", function_dir / "up")  # text that normalises to "." but is the parent
+    os.symlink("up/../secret.txt", function_dir / "chained.txt")
     with caplog.at_level(logging.WARNING, logger="relay.runtime.build"):
-        entries, contents = members(function_context(function_recipe(load_function(function_dir), PYTHON, None)))
+        entries, contents = members(function_context(function_recipe(function, PYTHON, None)))
     assert entries["function/alias.py"].issym() and entries["function/alias.py"].linkname == "handler.py"
     assert entries["function/inner"].issym() and entries["function/inner"].linkname == "pkg/inner"
-    for left_out in ("function/pkg/escape.txt", "function/absolute.txt", "function/outside-dir"):
-        assert left_out not in entries
+    assert entries["function/here"].issym() and entries["function/here"].linkname == "."
+    left_out = ("pkg/escape.txt", "absolute.txt", "outside-dir", "up", "chained.txt")
+    for path in left_out:
+        assert f"function/{path}" not in entries
     assert not any(b"host secret" in data for data in contents.values())
     warned = {record.path for record in caplog.records}
-    assert warned == {"pkg/escape.txt", "absolute.txt", "outside-dir"}
+    assert warned == set(left_out)
 
 
 def test_package_json_is_injected_when_missing(tmp_path):

@@ -14,6 +14,7 @@ from relay.functions.document import MAX_TEMPLATE_BYTES, too_large
 from relay.functions.fingerprint import TAG_LENGTH, fingerprint_directory
 from relay.functions.problems import InvalidTemplate, TemplateTooLarge, join
 from relay.functions.template import Template, parse_template
+from relay.links import links_outside
 from relay.names import function_name_problem
 from relay.secrets import WEBHOOK_REFUSAL
 
@@ -46,6 +47,7 @@ def load_function(directory, webhook_secret=None):
     problem = function_name_problem(directory.name)
     if problem:
         raise TemplateError(f"{directory}: {problem}")
+    _refuse_links_outside(directory)
     template_path = directory / TEMPLATE_FILE
     try:
         with open(template_path, "rb") as file:
@@ -69,3 +71,15 @@ def _refuse_webhook_secret(template, webhook_secret, source):
                 for variable, reference in template.secrets.items() if reference == webhook_secret]
     if problems:
         raise InvalidTemplate(source, problems)
+
+
+def _refuse_links_outside(directory):
+    """A link that leads outside the function fails the load before any file is read through it."""
+    try:
+        outside = links_outside(directory)
+    except OSError as error:
+        raise TemplateError(f"{directory}: cannot be read: {error.strerror or error}") from None
+    if outside:
+        what = f"symbolic link {outside[0]} leads" if len(outside) == 1 else \
+            f"symbolic links {', '.join(outside)} lead"
+        raise TemplateError(f"{directory}: {what} outside the function directory; links must stay inside it")

@@ -28,8 +28,9 @@ DEFAULT_TIMEOUT = 6 * SECOND
 MAX_TIMEOUT = 5 * MINUTE
 DEFAULT_RETRIES = 4
 RESERVED_VARIABLES = frozenset({"RELAY_HANDLER"})
+NETWORKS = ("none",)  # network: none runs the containers without any network; absent means the engine's default
 
-_TOP_KEYS = ("runtime", "concurrency", "events", "schedules", "env", "secrets")
+_TOP_KEYS = ("runtime", "concurrency", "events", "schedules", "env", "secrets", "network")
 _RULE_KEYS = ("handler", "pattern", "timeout", "retries")
 _SCHEDULE_KEYS = ("handler", "cron", "timezone", "timeout")
 _HANDLER = re.compile(r"((?:[A-Za-z0-9_][A-Za-z0-9_-]*\.)*[A-Za-z0-9_][A-Za-z0-9_-]*)\.([A-Za-z_$][A-Za-z0-9_$]*)",
@@ -69,6 +70,7 @@ class Template:
     schedules: tuple
     env: MappingProxyType
     secrets: MappingProxyType
+    network: str | None = None  # None: the engine's default network
 
 
 def parse_template(text, source="template.yaml"):
@@ -92,9 +94,13 @@ def parse_template(text, source="template.yaml"):
         problems.add("", "a template needs at least one entry in events or schedules")
     env = _env(document, root, problems)
     secrets = _secrets(document, env, problems)
+    network = document.get("network")
+    if network is not None and network not in NETWORKS:
+        problems.add("network", f"{show(network)} is not supported; use {', '.join(NETWORKS)}, or leave network "
+                                f"out for the engine's default network")
     problems.raise_if_any(source)
     return Template(runtime=runtime, concurrency=concurrency, rules=tuple(rules), schedules=tuple(schedules),
-                    env=MappingProxyType(env), secrets=MappingProxyType(secrets))
+                    env=MappingProxyType(env), secrets=MappingProxyType(secrets), network=network)
 
 
 def _unknown_keys(mapping, allowed, path, problems, what):

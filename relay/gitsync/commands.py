@@ -70,10 +70,11 @@ def _sync(args, layout):
     result = sync(layout, report=lambda line: print(line, flush=True),
                   warn=lambda line: print(f"relay git sync: warning: {line}", file=sys.stderr, flush=True))
     changes = result.changes
-    for label, names in (("added", changes.added), ("updated", changes.updated), ("removed", changes.removed)):
+    for label, names in (("added", changes.added), ("updated", changes.updated), ("removed", changes.removed),
+                         ("rejected", changes.rejected)):
         for name in names:
             print(f"  {label:<8} {name}")
-    count = len(result.functions)
+    count = len(result.functions) - len(changes.rejected)
     print(f"Synced {count} function{'' if count == 1 else 's'} from {result.source.repository} "
           f"({result.source.ref} at {result.commit[:12]}) into {layout.functions_dir}.")
     return 0

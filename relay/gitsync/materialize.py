@@ -4,11 +4,15 @@ A function is a direct subdirectory of the functions root holding a regular
 template.yaml file; other directories are not functions and are ignored.
 One whose name is not a valid function name is skipped with a warning.
 
-Copying never follows a symbolic link: a relative link that stays inside
-its function directory is copied as a link, any other link (absolute, or
-climbing out) is left out with a warning, so nothing from outside the
-checkout -- a host file, say -- can ever land in /functions. Files get
-mode 0644, or 0755 when executable, as git records them.
+Copying never follows a symbolic link. A link whose real path (resolved in
+the checkout, through any other links) stays inside its function directory
+is copied as a link. A function with any other link -- absolute, climbing
+out, or a chain such as ``a -> .``, ``b -> a/..`` whose text looks harmless
+-- is rejected with a warning naming the link: it is not copied, and
+whatever /functions held under its name stays as it was, so nothing from
+outside the checkout (a host file, say) can ever land in /functions or be
+reached from it. Files get mode 0644, or 0755 when executable, as git
+records them.
 
 Each changed function is written to a hidden staging directory in
 /functions and swapped in with one rename (``renameat2`` RENAME_EXCHANGE
@@ -26,6 +30,7 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from relay.links import leads_outside, links_outside
 from relay.names import function_name_problem
 
 TEMPLATE_FILE = "template.yaml"
@@ -38,6 +43,7 @@ class Changes:
     updated: list = field(default_factory=list)
     unchanged: list = field(default_factory=list)
     removed: list = field(default_factory=list)
+    rejected: list = field(default_factory=list)   # a link leads outside: /functions keeps what it had
 
 
 def find_functions(root, warn):
@@ -70,6 +76,13 @@ def replace_functions(functions_dir, found, warn):
     functions_dir.mkdir(parents=True, exist_ok=True)
     changes = Changes()
     for name, source in sorted(found.items()):
+        outside = links_outside(source)
+        if outside:
+            warn(f"{', '.join(f'{name}/{link}' for link in outside)}: symbolic "
+                 f"{'link leads' if len(outside) == 1 else 'links lead'} outside the function; "
+                 f"function {name!r} not synced")
+            changes.rejected.append(name)
+            continue
         plan = plan_copy(source, name, warn)
         target = functions_dir / name
         if _is_real_directory(target) and matches(plan, target):
@@ -114,10 +127,10 @@ def plan_copy(root, name, warn):
             info = path.lstat()
             if stat.S_ISLNK(info.st_mode):
                 target = os.readlink(path)
-                if _stays_inside(relative, target):
-                    plan.append(Entry(relative, "link", target=target))
+                if leads_outside(root, path):  # replace_functions has rejected such a function already
+                    warn(f"{name}/{relative} is a symbolic link that leads outside the function; not copied")
                 else:
-                    warn(f"{name}/{relative} is a symbolic link to {target!r}, outside the function; not copied")
+                    plan.append(Entry(relative, "link", target=target))
             elif stat.S_ISREG(info.st_mode):
                 plan.append(Entry(relative, "file", mode=0o755 if info.st_mode & 0o111 else 0o644, source=path))
         directories[:] = [d for d in directories if not (base / d).is_symlink()]
@@ -163,13 +176,6 @@ def write(plan, destination):
         else:
             shutil.copyfile(entry.source, path, follow_symlinks=False)
             os.chmod(path, entry.mode)
-
-
-def _stays_inside(relative, target):
-    if os.path.isabs(target):
-        return False
-    resolved = os.path.normpath(os.path.join(os.path.dirname(relative), target))
-    return resolved != ".." and not resolved.startswith("../")
 
 
 def _is_real_directory(path):

@@ -2,6 +2,7 @@
 
     registry       one entry per runtime: base image, dependency installers, bootstrap
     build_context  Dockerfiles and tar build contexts, made in temporary files
+    build_limits   a build's wall-clock cutoff and the bounded tail of its output
     images         dependency images and function images on the Docker engine
     leases         which images in-flight invocations are using
     image_gc       removal of old relay-fn-* tags nobody uses any more

@@ -4,8 +4,9 @@ The function context holds the Dockerfile, the bootstrap, and the function's
 files under ``function/``: every regular file and directory below the
 function directory, except its top-level template.yaml (env values stay out
 of images; the file still counts in the fingerprint). Symbolic links are
-never followed: a relative link that stays inside the function directory is
-archived as a link, any other is left out with a warning. Modes are
+never followed: a link whose real path stays inside the function directory
+is archived as a link, any other is left out with a warning (the loader has
+already refused such a function; this is the backstop). Modes are
 normalised (0644, or 0755 when executable) and owners are root, so the
 non-root execution user can read everything and change nothing.
 
@@ -25,6 +26,7 @@ from pathlib import Path
 
 from relay.errors import BuildError
 from relay.functions.function import TEMPLATE_FILE
+from relay.links import leads_outside
 
 log = logging.getLogger("relay.runtime.build")
 
@@ -89,8 +91,7 @@ def _add_source(archive, root, function_name):
 def _add_link(archive, root, path, member, function_name):
     target = os.readlink(path)
     relative = path.relative_to(root)
-    resolved = os.path.normpath(os.path.join(os.path.dirname(relative), target))
-    if os.path.isabs(target) or resolved == ".." or resolved.startswith("../"):
+    if leads_outside(root, path):
         log.warning("Symbolic link points outside the function; it is left out of the image",
                     extra={"function": function_name, "path": relative.as_posix(), "target": target})
         return
@@ -130,8 +131,11 @@ class _Archive:
         executable = status.st_mode & (stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
         info = self._info(name, tarfile.REGTYPE, 0o755 if executable else 0o644)
         info.mtime = int(status.st_mtime)
-        with open(path, "rb") as handle:
-            size = os.fstat(handle.fileno()).st_size
+        with open(os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK), "rb") as handle:
+            opened = os.fstat(handle.fileno())
+            if not stat.S_ISREG(opened.st_mode):
+                raise BuildError(f"{path} changed while it was being archived; the build will be retried")
+            size = opened.st_size
             info.size = size
             try:
                 self.tar.addfile(info, handle)

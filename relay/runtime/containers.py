@@ -4,7 +4,9 @@ Every execution container is hardened the same way (there are no
 per-function limits): uid 10001, 128 MiB of memory and no swap beyond it,
 one CPU, 128 processes, no Linux capabilities, no-new-privileges, a read-only
 root filesystem with a bounded /tmp tmpfs, and the engine's default network
-so outbound connections still work. Its logs are not kept by the engine
+so outbound connections still work -- or no network at all (NetworkMode
+"none", loopback only) for a function whose template says ``network: none``.
+Its logs are not kept by the engine
 (log driver "none"): Relay forwards them as they are written and AutoRemove
 would delete them anyway, so handler output is never stored on the host twice.
 
@@ -37,9 +39,10 @@ HOSTNAME_LABEL = "relay.hostname"
 IMAGE_LABEL = "relay.image"
 
 
-def host_config(api):
-    """The HostConfig of every execution container."""
+def host_config(api, network=None):
+    """The HostConfig of every execution container; *network* is the template's (None: the engine's default)."""
     return api.create_host_config(
+        **({"network_mode": network} if network else {}),
         auto_remove=True,
         mem_limit=MEMORY_BYTES,
         memswap_limit=MEMORY_BYTES,

@@ -3,13 +3,22 @@
 ``ImageBuilder.prepare(function)`` returns the tag of an image that runs
 *function*: relay-fn-<name>:<first 16 hex of its fingerprint>, built FROM a
 shared relay-dep-<fingerprint> image when the function has a dependency
-manifest, else FROM the runtime's base image. A tag that already exists (and
-was made from the same recipe) is reused without building. A base image
-missing locally is pulled by the engine during the build.
+manifest, else FROM the runtime's base image. A tag that already exists is
+reused without building only when its labels carry the function's whole
+fingerprint and the same recipe: the tag holds 16 hex of 64, and an image
+someone else put under it is not the function. A base image missing locally
+is pulled by the engine during the build.
+
+Every build has a wall-clock deadline (BUILD_DEADLINE, ten minutes): when
+it passes, the connection to the engine is cut, which makes the engine
+abandon the build, and the build fails. Each build container gets at most
+BUILD_MEMORY_BYTES of memory and no swap beyond it, so a hostile or runaway
+install cannot take the host's memory.
 
 Build output goes to DEBUG logs line by line; a failed build raises
-BuildError carrying the tail of the output, logs it at ERROR, and calls the
-``on_build_failure(function_name)`` hook (the build_failures_total metric).
+BuildError quoting at most the last TAIL_BYTES of the output, logs it at
+ERROR, and calls the ``on_build_failure(function_name)`` hook (the
+build_failures_total metric).
 Nothing is swapped here: whichever version the caller runs stays active
 until it switches to the returned tag.
 """
@@ -18,37 +27,42 @@ import logging
 import re
 import threading
 import time
-from collections import deque
 from contextlib import contextmanager
 
 from docker.errors import DockerException, NotFound
 from requests.exceptions import RequestException
+from urllib3.exceptions import HTTPError as TransportError
 
+from relay.durations import format_duration
 from relay.errors import BuildError
 from relay.functions.fingerprint import fingerprint_directory
 from relay.runtime.build_context import dependency_context, function_context
 from relay.runtime.image_gc import collect_garbage, retire_image  # noqa: F401  (the runtime's image API)
 from relay.runtime.leases import ImageLeases  # noqa: F401
-from relay.runtime.recipes import RECIPE_LABEL, dependency_recipe, function_recipe
+from relay.runtime.build_limits import Cutoff, Tail
+from relay.runtime.recipes import FINGERPRINT_LABEL, RECIPE_LABEL, dependency_recipe, function_recipe
 from relay.runtime.registry import runtime_for
 from relay.runtime.sweep import sweep_orphans  # noqa: F401
 
 log = logging.getLogger("relay.runtime.images")
 
-BUILD_READ_TIMEOUT = 600.0  # seconds a build may stay silent (a slow pip or npm install) before it fails
-TAIL_LINES = 30
+BUILD_DEADLINE = 600.0  # seconds of wall time a build may take, a dependency install included
+BUILD_MEMORY_BYTES = 2 * 1024 * 1024 * 1024  # per build container; pip and npm need far less
+TAIL_BYTES = 2048  # of build output quoted in a failed build's error
+REASON_CHARACTERS = 500  # of the engine's own error message quoted
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 
 
 class ImageBuilder:
     def __init__(self, docker_client, *, on_build_failure=None, on_build_seconds=None,
-                 read_timeout=BUILD_READ_TIMEOUT):
+                 deadline=BUILD_DEADLINE):
         """*on_build_failure(function_name)* counts failed builds;
-        *on_build_seconds(function_name, seconds)* times the builds that ran."""
+        *on_build_seconds(function_name, seconds)* times the builds that ran;
+        *deadline* is each build's wall time in seconds (shorter only in tests)."""
         self._api = docker_client.api
         self._on_build_failure = on_build_failure
         self._on_build_seconds = on_build_seconds
-        self._read_timeout = read_timeout
+        self._deadline = deadline
         self._architecture = None
         self._locks = _KeyedLocks()
 
@@ -61,7 +75,7 @@ class ImageBuilder:
             recipe = function_recipe(function, runtime, dependencies)
             with self._locks.hold(recipe.tag):
                 existing = self._inspect(recipe.tag)
-                if existing is not None and _labels(existing).get(RECIPE_LABEL) == recipe.digest:
+                if existing is not None and _made_by(existing, recipe):
                     log.debug("Function image is up to date", extra={"function": function.name, "image": recipe.tag})
                     return recipe.tag
                 if dependencies is not None:
@@ -109,19 +123,32 @@ class ImageBuilder:
 
     def _build(self, function, tag, context):
         started = time.monotonic()
-        tail = deque(maxlen=TAIL_LINES)
+        tail = Tail(TAIL_BYTES)
+        cutoff = None
         try:
             with context:
                 stream = self._api.build(fileobj=context, custom_context=True, tag=tag, rm=True, forcerm=True,
-                                         decode=True, timeout=self._read_timeout)
+                                         decode=True, timeout=self._deadline,
+                                         container_limits={"memory": BUILD_MEMORY_BYTES,
+                                                           "memswap": BUILD_MEMORY_BYTES})
+                cutoff = Cutoff(stream, started + self._deadline)
                 for chunk in stream:
                     self._record(function, tag, chunk, tail)
                     if "error" in chunk:
-                        raise BuildError(_failure(tag, function, str(chunk["error"]).strip(), tail))
-        except (DockerException, RequestException) as error:
-            raise BuildError(_failure(tag, function, _reason(error), tail)) from None
+                        raise BuildError(_failure(tag, function, str(chunk["error"]), tail))
+                if cutoff.fired:
+                    raise BuildError(_failure(tag, function, self._past_deadline(), tail))
+        except (DockerException, RequestException, TransportError, OSError) as error:
+            reason = self._past_deadline() if cutoff is not None and cutoff.fired else _reason(error)
+            raise BuildError(_failure(tag, function, reason, tail)) from None
+        finally:
+            if cutoff is not None:
+                cutoff.cancel()
         log.info("Built image", extra={"function": function.name, "image": tag,
                                        "duration": round(time.monotonic() - started, 3)})
+
+    def _past_deadline(self):
+        return f"it ran past its deadline of {format_duration(int(self._deadline * 1e9))} and was stopped"
 
     @staticmethod
     def _record(function, tag, chunk, tail):
@@ -131,7 +158,7 @@ class ImageBuilder:
         for line in (text or "").splitlines():
             line = _ANSI.sub("", line).rstrip()
             if line:
-                tail.append(line)
+                tail.add(line)
                 log.debug(line, extra={"function": function.name, "image": tag})
 
     def _inspect(self, tag):
@@ -152,12 +179,19 @@ class ImageBuilder:
                                                     "reason": _reason(error)})
 
 
-def _labels(image):
-    return (image.get("Config") or {}).get("Labels") or {}
+def _made_by(image, recipe):
+    """Whether *image* is *recipe*'s function image: the whole fingerprint and the recipe match."""
+    labels = (image.get("Config") or {}).get("Labels") or {}
+    return (labels.get(FINGERPRINT_LABEL) == recipe.function.fingerprint
+            and labels.get(RECIPE_LABEL) == recipe.digest)
 
 
 def _failure(tag, function, reason, tail):
-    lines = "\n".join(f"  {line}" for line in tail) if tail else "  (no output)"
+    reason = " ".join(reason.split())
+    if len(reason) > REASON_CHARACTERS:
+        reason = reason[:REASON_CHARACTERS] + "..."
+    output = tail.text()
+    lines = "\n".join(f"  {line}" for line in output.splitlines()) if output else "  (no output)"
     return f'building image {tag} for function "{function.name}" failed: {reason}\nlast build output:\n{lines}'
 
 

@@ -5,7 +5,8 @@ A dependency image is content-addressed: ``relay-dep-<fingerprint>``, where the
 fingerprint covers the runtime, its base image *tag* (not digest), the
 engine's architecture, the install command and the manifests' names and
 bytes -- nothing else of the function. Two functions with identical manifests
-share one, and a source-only change reuses it.
+share one, and a source-only change reuses it. Manifests are read only at
+their real path inside the function: never through a link that leads out.
 """
 
 import hashlib
@@ -14,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from relay.errors import BuildError
+from relay.links import LinkOutside, read_inside
 from relay.runtime.registry import BOOTSTRAP_DIRECTORY, FUNCTION_DIRECTORY
 
 DEPENDENCY_REPOSITORY_PREFIX = "relay-dep-"
@@ -29,6 +31,7 @@ RUNTIME_LABEL = "relay.build.runtime"
 FINGERPRINT_LABEL = "relay.build.fingerprint"
 FUNCTION_LABEL = "relay.build.function"
 RECIPE_LABEL = "relay.build.recipe"
+NETWORK_LABEL = "relay.build.network"  # the template's network, when it sets one; read by the executor
 
 _SCHEMA = b"relay-dependencies/1"
 
@@ -92,8 +95,10 @@ class FunctionRecipe:
                 f"ENTRYPOINT {json.dumps(list(runtime.command))}\n")
 
     def labels(self):
+        network = self.function.template.network
         return {KIND_LABEL: "function", RUNTIME_LABEL: self.runtime.name, FUNCTION_LABEL: self.function.name,
-                FINGERPRINT_LABEL: self.function.fingerprint, RECIPE_LABEL: self.digest}
+                FINGERPRINT_LABEL: self.function.fingerprint, RECIPE_LABEL: self.digest,
+                **({NETWORK_LABEL: network} if network else {})}
 
 
 def dependency_recipe(directory, runtime, architecture):
@@ -105,9 +110,11 @@ def dependency_recipe(directory, runtime, architecture):
     for name in installer.manifests:
         path = Path(directory) / name
         try:
-            manifests.append((name, path.read_bytes()))
+            manifests.append((name, read_inside(directory, name)))
         except FileNotFoundError:
             raise BuildError(f"{installer.trigger} needs {name} next to it, and {path} does not exist") from None
+        except LinkOutside as error:
+            raise BuildError(f"{Path(directory)}: {error}") from None
         except OSError as error:
             raise BuildError(f"cannot read {path}: {error.strerror or error}") from None
     digest = hashlib.sha256()

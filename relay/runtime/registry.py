@@ -57,7 +57,8 @@ class Runtime:
     def installer_for(self, directory):
         """The installer for the manifests in *directory*, or None when it has none."""
         for installer in self.installers:
-            if (Path(directory) / installer.trigger).is_file():
+            trigger = Path(directory) / installer.trigger
+            if trigger.is_symlink() or trigger.is_file():  # a link is chosen, then read only if it stays inside
                 return installer
         return None
 

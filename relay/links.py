@@ -1,0 +1,61 @@
+"""Symbolic links in a function directory: where they really lead.
+
+A link's text says little: ``a -> .``, ``b -> a/..``, ``c -> b/..`` each look
+harmless when normalised as text, yet ``c`` is the directory above the
+function's parent. Containment is therefore decided on real paths: a link
+stays inside when ``os.path.realpath`` of it lies in the real path of the
+function directory. Every place that copies, archives or reads function files
+asks here, and a link that leads outside is named, never followed.
+
+Plain standard library, no Relay imports: the loader, the runtime and git
+sync all use it.
+"""
+
+import os
+import stat
+from pathlib import Path
+
+
+class LinkOutside(OSError):
+    """A file of a function is, or is reached through, a link that leads outside the function."""
+
+
+def leads_outside(root, path):
+    """Whether *path*, a path below the function directory *root*, really resolves outside it."""
+    return not _within(os.path.realpath(path), os.path.realpath(root))
+
+
+def links_outside(root):
+    """The relative posix paths of the links below *root* that lead outside it, sorted."""
+    root = Path(root)
+    real_root = os.path.realpath(root)
+    found = []
+    for current, directories, files in os.walk(root, followlinks=False):
+        base = Path(current)
+        for name in [*directories, *files]:
+            path = base / name
+            if path.is_symlink() and not _within(os.path.realpath(path), real_root):
+                found.append(path.relative_to(root).as_posix())
+    return sorted(found)
+
+
+def read_inside(root, relative):
+    """The bytes of the regular file *relative* below *root*, read without leaving *root*.
+
+    A link that stays inside is read at its real path; one that leads outside
+    raises LinkOutside naming *relative* (nothing of the target is read), and
+    anything but a regular file at the real path raises OSError.
+    """
+    path = Path(root) / relative
+    real = os.path.realpath(path)
+    if not _within(real, os.path.realpath(root)):
+        raise LinkOutside(f"{relative} is a symbolic link that leads outside the function directory")
+    descriptor = os.open(real, os.O_RDONLY | os.O_NOFOLLOW | getattr(os, "O_NONBLOCK", 0))
+    with open(descriptor, "rb") as handle:
+        if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
+            raise OSError(f"{relative} is not a regular file")
+        return handle.read()
+
+
+def _within(real, real_root):
+    return real == real_root or real.startswith(real_root.rstrip(os.sep) + os.sep)
