@@ -177,7 +177,8 @@ class Supervisor:
         builder = ImageBuilder(
             docker,
             on_build_failure=lambda name: metrics.build_failures.labels(name).inc(),
-            on_build_seconds=lambda name, seconds: metrics.build_duration.labels(name).observe(seconds))
+            on_build_seconds=lambda name, seconds: metrics.build_duration.labels(name).observe(seconds),
+            offload=lambda function, *args: hub.threadpool.apply(function, args))
         active_images = ActiveImages(self.catalog)
         self.reconciler = Reconciler(
             self.functions_dir, builder, self.catalog,

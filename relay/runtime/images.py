@@ -55,16 +55,19 @@ _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 
 class ImageBuilder:
     def __init__(self, docker_client, *, on_build_failure=None, on_build_seconds=None,
-                 deadline=BUILD_DEADLINE):
+                 deadline=BUILD_DEADLINE, offload=None):
         """*on_build_failure(function_name)* counts failed builds;
         *on_build_seconds(function_name, seconds)* times the builds that ran;
-        *deadline* is each build's wall time in seconds (shorter only in tests)."""
+        *deadline* is each build's wall time in seconds (shorter only in tests);
+        *offload(function, *args)* runs the blocking file work (tarring a context,
+        hashing the directory) off the hub."""
         self._api = docker_client.api
         self._on_build_failure = on_build_failure
         self._on_build_seconds = on_build_seconds
         self._deadline = deadline
         self._architecture = None
         self._locks = _KeyedLocks()
+        self._offload = offload or (lambda function, *args: function(*args))
 
     def prepare(self, function):
         """Make sure *function*'s image exists; return its tag, or raise BuildError."""
@@ -110,12 +113,12 @@ class ImageBuilder:
                 return
             log.info("Building dependency image", extra={
                 "function": function.name, "image": recipe.tag, "installer": " ".join(recipe.installer.command)})
-            self._build(function, recipe.tag, dependency_context(recipe))
+            self._build(function, recipe.tag, self._offload(dependency_context, recipe))
 
     def _build_function(self, function, recipe):
         log.info("Building function image", extra={"function": function.name, "image": recipe.tag})
-        context = function_context(recipe)
-        if fingerprint_directory(function.directory) != function.fingerprint:
+        context = self._offload(function_context, recipe)
+        if self._offload(fingerprint_directory, function.directory) != function.fingerprint:
             context.close()
             raise BuildError(f"{function.directory} changed while its image was being prepared; "
                              f"the new version will be built on the next reconcile")
