@@ -1,5 +1,6 @@
 """``relay start`` as a real process: fail fast, consumer group, orderly signals."""
 
+import json
 import signal
 import socket
 import subprocess
@@ -251,3 +252,21 @@ def test_a_dead_loop_stops_relay_with_exit_1_after_the_drain(mode, redis_server,
     assert 'msg="Relay stopping"' in relay.stderr
     assert "finished" in stdout                                  # the running invocation was drained,
     assert redis_client.xpending(STREAM, GROUP)["pending"] == 0   # and its entry acknowledged
+
+
+def test_a_hostile_event_id_neither_forges_nor_drops_handler_output(redis_server, redis_client, docker_engine,
+                                                                   relay_process, tmp_path):
+    write_function(tmp_path / "functions", "echo",
+                   "runtime: python3.14\nevents:\n  - handler: app.handle\n    pattern: {kind: [echo]}\n",
+                   {"app.py": "def handle(event):\n    print('one', flush=True)\n    print('two', flush=True)\n"})
+    relay = relay_process(start_env(redis_server))
+    relay.wait_for('msg="Relay started"', timeout=300)
+    event_id = 'e-1\nrelay: function "forged" handler "x": \ud800'
+    message_id = redis_client.xadd(STREAM, {"event": json.dumps({"kind": "echo", "event_id": event_id})}).decode()
+    relay.wait_for('msg="Handler executed"')
+    relay.process.send_signal(signal.SIGTERM)
+    stdout, rest = relay.process.communicate(timeout=60)
+    assert relay.process.returncode == 0
+    prefix = (f'relay: function "echo" handler "app.handle" message "{message_id}" '
+              'event "e-1\\nrelay: function \\"forged\\" handler \\"x\\": \\ud800": ')
+    assert stdout.splitlines() == [prefix + "one", prefix + "two"]
