@@ -67,6 +67,10 @@ def test_idle_connections_are_shed_for_a_request_at_the_cap(server):
     assert len(served.pool) <= 4
     for client in idle:
         client.close()
+    with gevent.Timeout(5):
+        while len(served.pool):
+            gevent.sleep(0.05)
+    assert served.waiting == {}   # nothing stale left to shed
 
 
 def test_a_request_head_sent_a_byte_at_a_time_is_cut_at_the_deadline(server):
