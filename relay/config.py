@@ -26,6 +26,7 @@ DEFAULT_REDIS_PORT = 6379
 
 _REDIS_URI_FORMS = "host:port, redis://[user:password@]host[:port][/db] or rediss://… for TLS"
 _LISTEN_FORMS = "[host]:port, e.g. :9090 or 127.0.0.1:9090, with a port from 1 to 65535"
+_SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:/{0,2}")
 _HOST = re.compile(r"^(?:\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_.-]+)$")
 
 
@@ -111,15 +112,27 @@ def load_log_level(environ):
 
 
 def parse_redis_uri(value):
-    """Parse REDIS_URI: a plain host:port or a redis:// / rediss:// DSN."""
+    """Parse REDIS_URI: a plain host:port or a redis:// / rediss:// DSN.
+
+    Whatever its shape, the value is shown in errors only through
+    ``_redacted``, which masks everything that could be a password.
+    """
+    shown = _redacted(value)
+    if not value.isprintable():
+        raise ConfigError(f"REDIS_URI={shown!r} has a control character; use {_REDIS_URI_FORMS}")
     if "://" not in value:
+        if "@" in value:
+            raise ConfigError(f"REDIS_URI={shown!r} has a login but no redis:// scheme; "
+                              f"use redis://user:password@host:port")
         host, port = _split_host_port(value)
         if not host or port is None:
-            raise ConfigError(f"REDIS_URI={value!r} is not a Redis address; use {_REDIS_URI_FORMS}")
-        return RedisSettings(host=host, port=_port("REDIS_URI", value, port))
+            raise ConfigError(f"REDIS_URI={shown!r} is not a Redis address; use {_REDIS_URI_FORMS}")
+        return RedisSettings(host=host, port=_port("REDIS_URI", shown, port))
 
-    parts = urlsplit(value)
-    shown = _without_password(value, parts)
+    try:
+        parts = urlsplit(value)
+    except ValueError:  # an unclosed or invalid [IPv6] host
+        raise ConfigError(f"REDIS_URI={shown!r} is not a Redis address; use {_REDIS_URI_FORMS}") from None
     if parts.scheme not in ("redis", "rediss"):
         raise ConfigError(f"REDIS_URI={shown!r} has an unknown scheme {parts.scheme!r}; use {_REDIS_URI_FORMS}")
     if parts.query or parts.fragment:
@@ -130,7 +143,7 @@ def parse_redis_uri(value):
     if not host:
         raise ConfigError(f"REDIS_URI={shown!r} names no host; use {_REDIS_URI_FORMS}")
     db_text = parts.path.lstrip("/")
-    if db_text and not db_text.isdigit():
+    if db_text and _whole_number(db_text) is None:
         raise ConfigError(f"REDIS_URI={shown!r} has database {db_text!r}; a database is a number such as /0")
     return RedisSettings(
         host=host,
@@ -182,7 +195,7 @@ def _positive_int(environ, name, default):
     if not raw:
         return default
     text = raw.strip()
-    if not (text.isascii() and text.isdigit()) or int(text) == 0:
+    if not _whole_number(text):
         raise ConfigError(f"{name}={raw!r} must be a positive whole number such as {default}")
     return int(text)
 
@@ -207,16 +220,36 @@ def _split_host_port(text):
 
 
 def _port(name, shown, port, forms=_REDIS_URI_FORMS):
-    if not (port.isascii() and port.isdigit()) or not 0 < int(port) < 65536:
+    number = _whole_number(port)
+    if number is None or not 0 < number < 65536:
         raise ConfigError(f"{name}={shown!r} has port {port!r}; use {forms}")
-    return int(port)
+    return number
 
 
-def _without_password(value, parts):
-    if parts.password is None:
-        return value
-    user = parts.username or ""
-    return value.replace(parts.netloc.rpartition("@")[0], f"{user}:***", 1)
+def _whole_number(text, digits=18):
+    """*text* as an int when it is at most *digits* ASCII digits, else None (never a ValueError)."""
+    if text.isascii() and text.isdigit() and len(text) <= digits:
+        return int(text)
+    return None
+
+
+def _redacted(value):
+    """*value* with the login's password masked, whether or not it parses as a URL.
+
+    The login is everything before the last "@" after an optional scheme
+    ("redis://", "redis:/", "redis:" and even "user:" all count): its user
+    name stays, the rest becomes ***. A login without a colon may be a bare
+    password, so it is masked whole. Options (?password=…) are masked too.
+    """
+    address, question, options = value.partition("?")
+    masked_options = "?***" if question else ""
+    login, at, rest = address.rpartition("@")
+    if not at:
+        return address + masked_options
+    scheme = _SCHEME.match(login)
+    start = scheme.end() if scheme else 0
+    user, colon, _ = login[start:].partition(":")
+    return f"{login[:start]}{user + ':***' if colon else '***'}@{rest}{masked_options}"
 
 
 def _bracket(host):

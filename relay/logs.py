@@ -53,7 +53,13 @@ def quote(value):
     text = str(value)
     if text and all(char > " " and char not in '="' and char.isprintable() for char in text):
         return text
-    return '"' + "".join(_escape(char) for char in text) + '"'
+    return f'"{escape(text)}"'
+
+
+def escape(text):
+    """*text* safe between double quotes on one line: quotes, backslashes, control
+    characters, line separators and lone surrogates become Go-style escapes."""
+    return "".join(_escape(char) for char in text)
 
 
 def _escape(char):
@@ -68,4 +74,4 @@ def _escape(char):
 
 
 def _key(name):
-    return "".join(char if char > " " and char not in '="' else "_" for char in name) or "_"
+    return "".join(char if char > " " and char not in '="' and char.isprintable() else "_" for char in name) or "_"

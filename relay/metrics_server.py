@@ -2,15 +2,18 @@
 
 Operationally isolated: a port that cannot be bound is logged and retried
 with backoff (never fatal), a failing scrape never touches consumption, and
-the server stops gracefully on shutdown.
+the server stops gracefully on shutdown. Idle or slow clients are bounded
+by relay.http_server: a connection cap, a 10 s request deadline, and idle
+connections shed first when the cap is reached.
 """
 
 import logging
 
 import bottle
 from gevent.event import Event
-from gevent.pywsgi import WSGIServer
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from relay.http_server import BoundedWSGIServer
 
 log = logging.getLogger("relay.metrics")
 
@@ -39,7 +42,7 @@ class MetricsServer:
     def loop(self):
         delay = FIRST_RETRY
         while not self.stopping.is_set():
-            server = WSGIServer((self.address.host, self.address.port), self.app, log=None, error_log=None)
+            server = BoundedWSGIServer((self.address.host, self.address.port), self.app, name="Metrics")
             try:
                 server.start()
             except OSError as error:

@@ -10,6 +10,12 @@
 It runs in the main greenlet; gevent has already patched the standard
 library (see relay.entry). Each loop is a greenlet owned by one module,
 with loop() and stop().
+
+Every loop is watched. A loop that raises, or returns while Relay is not
+stopping, is logged at ERROR (with the traceback) and stops Relay the
+ordinary way: no new work, the bounded drain, the final flush; then the
+process exits with status 1 so systemd, Docker or Kubernetes starts it
+again. A Relay that is up never has a dead loop.
 """
 
 import logging
@@ -59,11 +65,10 @@ def start(imported_before_patch=()):
         log.warning("Modules were imported before gevent patched the standard library",
                     extra={"modules": ",".join(imported_before_patch)})
     try:
-        Supervisor(config).run()
+        return Supervisor(config).run()
     except RelayError as error:
         log.error("Relay cannot start", extra={"error": str(error)})
         return 1
-    return 0
 
 
 class Supervisor:
@@ -82,8 +87,10 @@ class Supervisor:
         self.catalog = None
         self.loops = []
         self.services = []
+        self.failed_loop = None  # the name of the first loop that ended unexpectedly
 
     def run(self):
+        """Run until a stop signal or a dead loop; the exit code: 0, or 1 after a dead loop."""
         config = self.config
         log.info("Relay starting", extra={
             "version": __version__, "consumer": config.consumer, "stream": config.stream,
@@ -98,7 +105,11 @@ class Supervisor:
             self._shutdown()
         finally:
             self._close()
+        if self.failed_loop is not None:
+            log.error("Relay stopped because a loop ended unexpectedly", extra={"loop": self.failed_loop})
+            return 1
         log.info("Relay stopped")
+        return 0
 
     def request_stop(self):
         """Called from a signal handler: only sets the flag."""
@@ -155,7 +166,8 @@ class Supervisor:
             catalog=self.catalog, dispatcher=dispatcher, settler=settler,
             buffer=Buffer(config.max_buffered_events, metrics.buffered_events), metrics=metrics,
             reclaim_interval=self.timing.reclaim_interval, min_idle=self.timing.min_idle)
-        self.loops += [gevent.spawn(self.consumer.read_loop), gevent.spawn(self.consumer.reclaim_loop)]
+        self.loops += [self._spawn("consumer", self.consumer.read_loop),
+                       self._spawn("reclaimer", self.consumer.reclaim_loop)]
         self._start_services()
 
     def _load_functions(self):
@@ -173,7 +185,7 @@ class Supervisor:
         state_path = self.state_path or DB_PATH
         known_before = previous_functions(state_path)
         self.state = StateWriter(StateDatabase(state_path), metrics, interval=timing.stats_interval)
-        self.state_loop = gevent.spawn(self.state.loop)
+        self.state_loop = self._spawn("state writer", self.state.loop)
         builder = ImageBuilder(
             docker,
             on_build_failure=lambda name: metrics.build_failures.labels(name).inc(),
@@ -211,6 +223,7 @@ class Supervisor:
             webhook = webhook_service(config.webhook_addr,
                                       secrets=FileSecretStore(self.secrets_dir) if self.secrets_dir else None)
         except RelayError:
+            self.stopping.set()
             self.consumer.stop()
             gevent.killall(self.loops, timeout=5)
             raise
@@ -227,7 +240,26 @@ class Supervisor:
 
     def _spawn_services(self, services):
         self.services += services
-        self.loops += [gevent.spawn(service.loop) for service in services]
+        self.loops += [self._spawn(_loop_name(service), service.loop) for service in services]
+
+    def _spawn(self, name, loop):
+        return gevent.spawn(self._watched, name, loop)
+
+    def _watched(self, name, loop):
+        """Run *loop*; if it raises, or returns while Relay is not stopping, stop Relay with exit status 1.
+
+        Killing the greenlet at shutdown (GreenletExit) is not a failure."""
+        try:
+            loop()
+        except Exception:
+            log.error("Loop ended unexpectedly; Relay stops", extra={"loop": name}, exc_info=True)
+        else:
+            if self.stopping.is_set():
+                return
+            log.error("Loop returned while Relay was running; Relay stops", extra={"loop": name})
+        if self.failed_loop is None:
+            self.failed_loop = name
+        self.stopping.set()
 
     def _function_count(self):
         return len(self.catalog.snapshot()) if self.catalog else 0
@@ -279,3 +311,9 @@ class Supervisor:
         for client in (self.redis, self.docker):
             if client is not None:
                 client.close()
+
+
+def _loop_name(service):
+    """"metrics server" for MetricsServer, "backlog" for Backlog: the name a log line shows."""
+    words = "".join(f" {char.lower()}" if char.isupper() else char for char in type(service).__name__)
+    return words.strip()

@@ -113,6 +113,41 @@ def test_redis_password_never_in_errors_or_repr():
     assert settings.redacted == "rediss://admin:***@redis:6379/0"
 
 
+HOSTILE_REDIS_URIS = [
+    "admin:hunter2@redis:6379", "redis:/admin:hunter2@redis", "redis:admin:hunter2@redis:6379", ":hunter2@redis:6379",
+    "hunter2@redis", "redis://[::1", "redis://admin:hunter2@[::1", "redis://:hunter2@[zz]:1",
+    "redis://admin:hunter2@[::1]x", "redis://admin:hunter2@redis:99999", "redis://admin:hunter2@redis:-1",
+    "redis://admin:hunter2@redis:" + "9" * 5000, "redis://admin:hunter2@redis/" + "9" * 5000, "redis:" + "9" * 5000,
+    "redis://admin:hunter2@redis:\u0661", "redis://admin:hunter2@redis/\u0661", "redis://admin:hunter2@r\u00e9dis:1",
+    "redis://admin:hunter2\n@redis:1", "redis://admin:hunter2@redis\n:1", "redis://admin:hunt\ud800er2@redis",
+    "redis://admin:hunter2@redis:6379/\ud800", "http://admin:hunter2@redis", "redis://admin:hunter2@",
+    "redis://admin:hunter2@redis:1?password=hunter2", "redis://admin@hunter2@@redis:x",
+]
+
+
+@pytest.mark.parametrize("uri", HOSTILE_REDIS_URIS)
+def test_a_hostile_redis_uri_is_one_line_without_the_password(uri):
+    message = rejected(REDIS_URI=uri)
+    assert message.startswith("REDIS_URI=")
+    assert "hunter2" not in message
+    assert message.isprintable()
+
+
+def test_credentials_without_a_scheme_are_named_and_masked():
+    assert rejected(REDIS_URI="admin:hunter2@redis:6379") == (
+        "REDIS_URI='admin:***@redis:6379' has a login but no redis:// scheme; use redis://user:password@host:port")
+    assert "'redis:/admin:***@redis'" in rejected(REDIS_URI="redis:/admin:hunter2@redis")
+
+
+@pytest.mark.parametrize(("name", "value"), [
+    ("MAX_CONCURRENCY", "9" * 5000), ("MAX_BUFFERED_EVENTS", "9" * 5000), ("METRICS_ADDR", ":" + "9" * 5000),
+    ("GIT_WEBHOOK_ADDR", "[::1]:" + "9" * 5000), ("MAX_CONCURRENCY", "\ud800"), ("METRICS_ADDR", "[zz]:1"),
+    ("REDIS_STREAM_RETENTION", "9" * 5000 + "h"), ("LOG_LEVEL", "\ud800"),
+])
+def test_odd_values_of_other_variables_are_one_line_errors(name, value):
+    assert rejected(**{name: value}).startswith(f"{name}=")
+
+
 @pytest.mark.parametrize(("value", "expected"), [
     ("6h", 6 * HOUR), ("90m", 90 * MINUTE), ("1h30m", 90 * MINUTE), ("1.5s", 1500 * SECOND // 1000), ("", None),
 ])

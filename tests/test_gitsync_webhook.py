@@ -339,3 +339,18 @@ def test_a_corrupt_source_is_fatal_when_the_webhook_is_asked_for(tmp_path):
     layout.source.write_text("{")
     with pytest.raises(SourceError, match="is corrupt"):
         webhook_service(ListenAddress(host="127.0.0.1", port=free_port()), layout=layout)
+
+
+def test_a_body_that_stops_short_is_408_and_schedules_nothing(webhooks):
+    from gevent import socket
+
+    hook = webhooks()
+    with socket.create_connection(("127.0.0.1", hook.port), timeout=10) as client:
+        client.sendall(b"POST /github HTTP/1.1\r\nHost: x\r\nX-GitHub-Event: push\r\nContent-Length: 100\r\n\r\n{")
+        client.shutdown(socket.SHUT_WR)
+        answer = b""
+        while chunk := client.recv(4096):
+            answer += chunk
+    assert answer.startswith(b"HTTP/1.1 408") and answer.endswith(b"request body incomplete\n")
+    settle(hook.jobs)
+    assert hook.jobs.runs == 0

@@ -93,3 +93,39 @@ def test_relay_start_exits_1_when_the_webhook_port_is_taken(redis_server, redis_
     assert 'msg="Relay cannot start"' in relay.stderr and "Traceback" not in relay.stderr
     assert (f"the webhook server cannot listen on 127.0.0.1:{port} (GIT_WEBHOOK_ADDR): Address already in use"
             in relay.stderr)
+
+
+def test_a_signed_delivery_is_answered_while_300_sockets_idle_and_8_bodies_stall(redis_server, redis_client,
+                                                                                docker_engine, tmp_path):
+    functions, state = tmp_path / "functions", tmp_path / "state"
+    functions.mkdir(), state.mkdir()
+    save_source(Layout(state_dir=state), make_source("git@github.com:acme/functions.git",
+                                                     webhook_secret="github-webhook"))
+    FileSecretStore(state / "secrets").set("github-webhook", SECRET.encode())
+    port = free_port()
+    command = ["prlimit", "--nofile=256:256", "--", *namespaced_relay_command(functions, state, "relay-webhook-idle")]
+    relay = Worker(command, engine_env(redis_server, GIT_WEBHOOK_ADDR=f"127.0.0.1:{port}"), tmp_path, "relay")
+    sockets = []
+    try:
+        relay.wait_for(f'msg="Webhook http server listening" addr=127.0.0.1:{port}')
+        relay.wait_for('msg="Relay started"')
+        for _ in range(8):  # half-sent: the head and part of a body that never ends
+            stalled = socket.create_connection(("127.0.0.1", port), timeout=10)
+            stalled.sendall(b"POST /github HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n{\"ref\": ")
+            sockets.append(stalled)
+        sockets += [socket.create_connection(("127.0.0.1", port), timeout=10) for _ in range(300)]
+        time.sleep(0.5)
+        payload = {"ref": "refs/heads/other", "after": "0" * 40, "deleted": False,
+                   "repository": {"full_name": "acme/functions", "ssh_url": "git@github.com:acme/functions.git"}}
+        began = time.monotonic()
+        assert deliver(port, payload) == 200   # signed, checked, and ignored: another ref
+        assert time.monotonic() - began < 2    # the issue's bound
+        relay.wait_for('msg="Webhook push ignored"')
+        relay.wait_for('msg="Webhook http server at its connection limit; closing connections that sent no request"')
+    finally:
+        for sock in sockets:
+            sock.close()
+        relay.stop()
+        relay.kill()
+    assert relay.process.returncode == 0
+    assert "Too many open files" not in relay.stderr and "Traceback" not in relay.stderr

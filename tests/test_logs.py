@@ -107,6 +107,22 @@ def test_quoting(value, rendered):
     assert quote(value) == rendered
 
 
+@pytest.mark.parametrize("value", [
+    "two\nlines", "cr\rlf", 'a "quoted" value', "key=value", "ctl \x00\x07\x1b[31m\x7f", "lone \ud800 surrogate",
+    "\udfff", "sep\u2028\u2029\x85", "zero\u200bwidth", "back\\slash=\"", "",
+])
+def test_hostile_values_stay_on_one_line_and_parse_back(output, value):
+    raw = io.BytesIO()
+    strict = io.TextIOWrapper(raw, encoding="utf-8", errors="strict", write_through=True)
+    configure_logging("INFO", stream=strict)
+    logging.getLogger("relay.test").warning(value, extra={"event_id": value, "odd\nkey\ud800": value})
+    rendered = raw.getvalue().decode("utf-8")
+    assert rendered.endswith("\n") and rendered.count("\n") == 1
+    assert rendered[:-1].isprintable()
+    record = parse_logfmt(rendered[:-1])
+    assert record["msg"] == value and record["event_id"] == value and record["odd_key_"] == value
+
+
 @given(st.dictionaries(st.from_regex(r"[a-z_]{1,12}", fullmatch=True), st.text(), max_size=5), st.text())
 def test_any_message_and_values_parse_back(attributes, message):
     buffer = io.StringIO()

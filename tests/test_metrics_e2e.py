@@ -8,7 +8,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.conftest import free_port
-from tests.engine.workers import Worker, engine_env, harness_command, write_function
+from tests.engine.workers import Worker, engine_env, harness_command, namespaced_relay_command, write_function
 
 COUNTERS = {
     "events_received": (), "events_processed": (), "handler_success": (), "handler_failure": (), "retries": (),
@@ -124,3 +124,41 @@ def test_a_taken_port_never_stops_event_processing(redis_server, redis_client, d
     finally:
         blocker.close()
         assert worker.stop() == 0
+
+
+def open_idle_sockets(port, count):
+    """*count* connections that never send a byte."""
+    import socket
+
+    return [socket.create_connection(("127.0.0.1", port), timeout=10) for _ in range(count)]
+
+
+def test_idle_connections_neither_starve_a_scrape_nor_exhaust_the_worker(redis_server, redis_client, docker_engine,
+                                                                          tmp_path):
+    functions, state = tmp_path / "functions", tmp_path / "state"
+    state.mkdir()
+    write_function(functions, "quick", "runtime: python3.14\nevents:\n  - handler: app.h\n    pattern: {a: [1]}\n",
+                   {"app.py": "def h(event):\n    print('handled', flush=True)\n"})
+    port = free_port()
+    command = ["prlimit", "--nofile=256:256", "--", *namespaced_relay_command(functions, state, "relay-idle-metrics")]
+    worker = Worker(command, engine_env(redis_server, METRICS_ADDR=f"127.0.0.1:{port}"), tmp_path, "worker")
+    idle = []
+    try:
+        worker.wait_for('msg="Relay started"', timeout=300)
+        worker.wait_for('msg="Metrics http server listening"')
+        idle = open_idle_sockets(port, 300)
+        time.sleep(0.5)
+        began = time.monotonic()
+        families = scrape(port)
+        assert time.monotonic() - began < 2   # the issue's bound
+        assert "events_received" in families
+        redis_client.xadd("events", {"event": json.dumps({"a": 1})})
+        worker.wait_for("handled", where="stdout")
+        worker.wait_for('msg="Metrics http server at its connection limit; closing connections that sent no request"')
+    finally:
+        for sock in idle:
+            sock.close()
+        worker.stop()
+        worker.kill()
+    assert worker.process.returncode == 0
+    assert "Too many open files" not in worker.stderr and "Traceback" not in worker.stderr

@@ -138,6 +138,22 @@ def test_a_large_event_reaches_stdin(executor, images, output):
     assert lines(output, images, "rt-python", "handler.size") == [f"received {len(json.dumps(event))} bytes"]
 
 
+def test_a_hostile_event_id_neither_forges_nor_drops_output_lines(docker_engine, hostname, images):
+    """Relay's stdout is a strict UTF-8 text stream: a lone surrogate written raw would fail the write."""
+    raw = io.BytesIO()
+    strict = io.TextIOWrapper(raw, encoding="utf-8", errors="strict", write_through=True)
+    event_id = 'evt-1\nrelay: function "forged" handler "x": level=ERROR \ud800 "q" \x1b[31m'
+    outcome = invoke(Executor(docker_engine, hostname, strict), images, "rt-python", "handler.handler",
+                     {"n": 1}, event_id=event_id)
+    assert outcome.ok
+    function, _ = images["rt-python"]
+    prefix = (f'relay: function "{function.name}" handler "handler.handler" message "1-0" event '
+              '"evt-1\\nrelay: function \\"forged\\" handler \\"x\\": level=ERROR \\ud800 \\"q\\" \\x1b[31m": ')
+    found = raw.getvalue().decode("utf-8").split("\n")
+    assert found[-1] == ""
+    assert [line.removeprefix(prefix) for line in found[:-1]] == ['sync {"n": 1}', f"env hello {SECRET} handler.handler"]
+
+
 def test_a_timeout_kills_the_container_and_leaves_nothing(executor, images, output, docker_engine, hostname):
     started = time.monotonic()
     outcome = invoke(executor, images, "rt-python", "slow.handler", {"seconds": 60}, timeout=SECOND)

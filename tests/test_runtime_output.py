@@ -18,6 +18,27 @@ def test_prefix_names_function_handler_and_known_ids():
     assert prefix("fn", "h.h", None, "evt_1") == 'relay: function "fn" handler "h.h" event "evt_1": '
 
 
+@pytest.mark.parametrize(("event_id", "shown"), [
+    ("evt\nrelay: forged", "evt\\nrelay: forged"), ('say "hi"', 'say \\"hi\\"'), ("back\\slash", "back\\\\slash"),
+    ("lone \ud800", "lone \\ud800"), ("esc \x1b[2J\r", "esc \\x1b[2J\\r"), ("line\u2028sep", "line\\u2028sep"),
+    ("caf\u00e9", "caf\u00e9"),
+])
+def test_prefix_values_are_escaped(event_id, shown):
+    assert prefix("fn", "h.h", "1-0", event_id) == f'relay: function "fn" handler "h.h" message "1-0" event "{shown}": '
+
+
+def test_a_hostile_event_id_keeps_one_output_line_per_handler_line():
+    raw = io.BytesIO()
+    output = io.TextIOWrapper(raw, encoding="utf-8", errors="strict", write_through=True)
+    forwarder = OutputForwarder(output, prefix("fn", "h.h", "1-0", "evt\n\ud800"))
+    forwarder.feed(frame(1, b"one\ntwo\n"))
+    forwarder.close()
+    assert forwarder.failed is None
+    assert raw.getvalue().decode().splitlines() == [
+        'relay: function "fn" handler "h.h" message "1-0" event "evt\\n\\ud800": one',
+        'relay: function "fn" handler "h.h" message "1-0" event "evt\\n\\ud800": two']
+
+
 def test_frames_survive_any_chunking():
     stream = frame(1, b"hello\n") + frame(2, b"oops\n") + frame(1, b"") + frame(1, b"x" * 70000)
     for size in (1, 3, 7, 8, 9, 4096, len(stream)):

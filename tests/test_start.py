@@ -1,5 +1,6 @@
 """``relay start`` as a real process: fail fast, consumer group, orderly signals."""
 
+import json
 import signal
 import socket
 import subprocess
@@ -9,7 +10,7 @@ import time
 import pytest
 
 from tests.conftest import ROOT, base_env, free_port, relay_command
-from tests.engine.workers import with_private_paths
+from tests.engine.workers import wait_until, with_private_paths, write_function
 
 STREAM, GROUP = "events", "relay"
 
@@ -140,6 +141,18 @@ def test_a_bad_value_stops_start_with_one_line(redis_server, variables, message,
     assert result.stderr == message
 
 
+@pytest.mark.parametrize("uri", ["admin:hunter2@127.0.0.1:6379", "redis:/admin:hunter2@127.0.0.1",
+                                 "redis://:hunter2@[::1", "redis://:hunter2@[zz]:1",
+                                 "redis://admin:hunter2@127.0.0.1:" + "9" * 5000])
+def test_a_hostile_redis_uri_stops_start_with_one_redacted_line(uri, isolate):
+    env = base_env(REDIS_URI=uri, REDIS_STREAM=STREAM, REDIS_GROUP=GROUP)
+    result = subprocess.run(isolate(relay_command("start")), cwd=ROOT, env=env, capture_output=True, text=True,
+                            timeout=60)
+    assert result.returncode == 1
+    assert result.stderr.startswith("relay start: REDIS_URI=") and result.stderr.count("\n") == 1
+    assert "hunter2" not in result.stderr and "Traceback" not in result.stderr
+
+
 def test_unreachable_redis_fails_fast(docker_engine, isolate):
     port = free_port()
     env = base_env(REDIS_URI=f"redis://user:topsecret@127.0.0.1:{port}", REDIS_STREAM=STREAM, REDIS_GROUP=GROUP)
@@ -189,3 +202,71 @@ def test_heavy_modules_are_imported_only_after_gevent_patched(redis_server, redi
     assert {line.split()[0] for line in seen} >= {"redis", "docker", "urllib3", "requests"}
     assert all(line.endswith("patched=True") for line in seen), seen
     assert "imported before gevent" not in relay.stderr
+
+
+FAULT_PROBE = """
+import os, sys
+from gevent import monkey
+monkey.patch_all()
+from relay import supervisor
+from relay.stream.consumer import Consumer
+
+trigger, mode = sys.argv[1], sys.argv[2]
+
+def reclaim_loop(self):  # a test-only fault, set off from outside by creating the trigger file
+    while not os.path.exists(trigger):
+        if self.stopping.wait(0.1):
+            return
+    if mode == "raise":
+        raise RuntimeError("injected fault in the reclaimer")
+
+Consumer.reclaim_loop = reclaim_loop
+sys.exit(supervisor.start())
+"""
+SLOW_HANDLER = "import time\n\ndef handle(event):\n    time.sleep(4)\n    print('finished', flush=True)\n"
+
+
+@pytest.mark.parametrize("mode", ["raise", "return"])
+def test_a_dead_loop_stops_relay_with_exit_1_after_the_drain(mode, redis_server, redis_client, docker_engine,
+                                                             relay_process, tmp_path):
+    write_function(tmp_path / "functions", "slow",
+                   "runtime: python3.14\nevents:\n  - handler: app.handle\n    pattern: {kind: [slow]}\n",
+                   {"app.py": SLOW_HANDLER})
+    trigger = tmp_path / "fault"
+    relay = relay_process(start_env(redis_server), [sys.executable, "-c", FAULT_PROBE, str(trigger), mode])
+    relay.wait_for('msg="Relay started"', timeout=300)
+    redis_client.xadd(STREAM, {"event": '{"kind": "slow"}'})
+    wait_until(lambda: redis_client.xpending(STREAM, GROUP)["pending"] == 1, what="the entry to be taken")
+    trigger.touch()
+    stdout, rest = relay.process.communicate(timeout=60)
+    relay.lines.extend(rest.splitlines(keepends=True))
+    assert relay.process.returncode == 1
+    errors = [line for line in relay.lines if "level=ERROR" in line]
+    if mode == "raise":
+        assert 'msg="Loop ended unexpectedly; Relay stops" loop=reclaimer error="Traceback' in errors[0]
+        assert "RuntimeError: injected fault in the reclaimer" in errors[0]
+    else:
+        assert 'msg="Loop returned while Relay was running; Relay stops" loop=reclaimer' in errors[0]
+    assert 'msg="Relay stopped because a loop ended unexpectedly" loop=reclaimer' in errors[-1]
+    assert len(errors) == 2 and "Traceback" not in "".join(line for line in relay.lines if line not in errors)
+    assert 'msg="Relay stopping"' in relay.stderr
+    assert "finished" in stdout                                  # the running invocation was drained,
+    assert redis_client.xpending(STREAM, GROUP)["pending"] == 0   # and its entry acknowledged
+
+
+def test_a_hostile_event_id_neither_forges_nor_drops_handler_output(redis_server, redis_client, docker_engine,
+                                                                   relay_process, tmp_path):
+    write_function(tmp_path / "functions", "echo",
+                   "runtime: python3.14\nevents:\n  - handler: app.handle\n    pattern: {kind: [echo]}\n",
+                   {"app.py": "def handle(event):\n    print('one', flush=True)\n    print('two', flush=True)\n"})
+    relay = relay_process(start_env(redis_server))
+    relay.wait_for('msg="Relay started"', timeout=300)
+    event_id = 'e-1\nrelay: function "forged" handler "x": \ud800'
+    message_id = redis_client.xadd(STREAM, {"event": json.dumps({"kind": "echo", "event_id": event_id})}).decode()
+    relay.wait_for('msg="Handler executed"')
+    relay.process.send_signal(signal.SIGTERM)
+    stdout, rest = relay.process.communicate(timeout=60)
+    assert relay.process.returncode == 0
+    prefix = (f'relay: function "echo" handler "app.handle" message "{message_id}" '
+              'event "e-1\\nrelay: function \\"forged\\" handler \\"x\\": \\ud800": ')
+    assert stdout.splitlines() == [prefix + "one", prefix + "two"]

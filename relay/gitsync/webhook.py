@@ -6,6 +6,7 @@ binds nothing. A port it cannot bind is fatal at start (WebhookBindError),
 so a conflict surfaces instead of healing out of sight.
 
     401  a webhook secret is configured and X-Hub-Signature-256 is missing or wrong
+    408  the body did not arrive in full (the client stopped sending, or was cut at the deadline)
     413  the body is larger than GitHub ever sends (25 MiB)
     400  a push whose payload is not JSON
     202  a push to the configured repository and ref: a sync is scheduled
@@ -14,6 +15,11 @@ so a conflict surfaces instead of healing out of sight.
 No sync runs in the request path: the handler only asks the coalescing
 runner. The secret's value is read from the secret store on every delivery
 (a rotation applies at once) and is never logged or put in a response.
+
+Slow or idle clients are bounded by relay.http_server: a connection cap,
+a 10 s deadline for each request (headers and body), and connections that
+sent no request shed first at the cap, so a signed delivery is answered
+while hundreds of idle sockets are open.
 """
 
 import logging
@@ -21,19 +27,18 @@ import os
 
 import bottle
 from gevent.event import Event
-from gevent.pywsgi import WSGIServer
 
 from relay.gitsync.coalesce import CoalescingRunner
 from relay.gitsync.delivery import SIGNATURE_HEADER, MalformedDelivery, parse_payload, push_mismatch, signature_valid
 from relay.gitsync.errors import WebhookBindError
 from relay.gitsync.layout import Layout
 from relay.gitsync.source import load_source
+from relay.http_server import BoundedWSGIServer
 from relay.secrets import FileSecretStore, SecretError
 
 log = logging.getLogger("relay.gitsync")
 
 MAX_BODY = 25 * 1024 * 1024  # GitHub does not send larger deliveries
-MAX_REQUESTS = 8             # deliveries handled at once; more wait for the accept loop
 STOP_GRACE = 10.0            # seconds a running sync may take to finish at shutdown
 
 
@@ -76,7 +81,10 @@ def webhook_app(source, secrets, runner):
     def github():
         request = bottle.request
         delivery = request.headers.get("X-GitHub-Delivery", "")
-        body = _body(request.environ)
+        try:
+            body = _body(request.environ)
+        except OSError:  # the client stopped sending, or the request deadline cut it
+            return _answer(408, "request body incomplete", close=True)
         if body is None:
             return _answer(413, "payload too large")
         if source.webhook_secret is not None:
@@ -118,8 +126,7 @@ class WebhookServer:
         self.server = None
 
     def listen(self):
-        server = WSGIServer((self.address.host, self.address.port), self.app, log=None, error_log=None,
-                            spawn=MAX_REQUESTS)
+        server = BoundedWSGIServer((self.address.host, self.address.port), self.app, name="Webhook")
         try:
             server.start()
         except OSError as error:  # gevent appends the address to strerror; the errno's text is enough
@@ -149,5 +156,6 @@ def _body(environ):
     return None if len(data) > MAX_BODY else data
 
 
-def _answer(status, text):
-    return bottle.HTTPResponse(text + "\n", status=status, headers={"Content-Type": "text/plain; charset=utf-8"})
+def _answer(status, text, close=False):
+    headers = {"Content-Type": "text/plain; charset=utf-8", **({"Connection": "close"} if close else {})}
+    return bottle.HTTPResponse(text + "\n", status=status, headers=headers)

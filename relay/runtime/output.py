@@ -10,9 +10,17 @@ Each stream keeps its own partial line until its newline arrives (or the
 stream ends). A line longer than MAX_LINE_BYTES is cut there, marked as cut,
 and the rest of it, up to its newline, is dropped: one runaway line cannot
 take Relay's memory. Bytes that are not UTF-8 are shown as U+FFFD.
+
+The prefix's values come from the event (its event_id) and are escaped the
+way Relay's log values are: a newline, a quote, a control character or a
+lone surrogate in an event_id is printed as \\n, \\", \\x1b or \\ud800, so it
+can neither forge a line of its own nor make the write fail and drop the
+handler's output.
 """
 
 import struct
+
+from relay.logs import escape
 
 MAX_LINE_BYTES = 64 * 1024
 TRUNCATED = " [relay: line cut at 64 KiB]"
@@ -21,11 +29,11 @@ _HEADER = struct.Struct(">BxxxL")
 
 
 def prefix(function, handler, message_id=None, event_id=None):
-    parts = [f'relay: function "{function}" handler "{handler}"']
+    parts = [f'relay: function "{escape(function)}" handler "{escape(handler)}"']
     if message_id:
-        parts.append(f'message "{message_id}"')
+        parts.append(f'message "{escape(message_id)}"')
     if event_id:
-        parts.append(f'event "{event_id}"')
+        parts.append(f'event "{escape(event_id)}"')
     return " ".join(parts) + ": "
 
 

@@ -31,8 +31,8 @@ def main():
                     **{name: float(value) for name, value in options.items()})
     config = load_config(os.environ, hostname=consumer)
     configure_logging(config.log_level)
-    Supervisor(config, functions_dir=functions_dir, timing=timing, state_path=state_db).run()
+    return Supervisor(config, functions_dir=functions_dir, timing=timing, state_path=state_db).run()
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())
