@@ -85,6 +85,7 @@ class Supervisor:
         self.consumer = None
         self.state = None
         self.catalog = None
+        self.secrets = None
         self.loops = []
         self.services = []
         self.failed_loop = None  # the name of the first loop that ended unexpectedly
@@ -147,10 +148,10 @@ class Supervisor:
         self._spawn_services([leftovers])
         self.catalog = Catalog()
         self.leases = ImageLeases()
+        self.secrets = secrets = FileSecretStore(self.secrets_dir) if self.secrets_dir else FileSecretStore()
         self._load_functions()
 
         ensure_group(client, config.stream, config.group)
-        secrets = FileSecretStore(self.secrets_dir) if self.secrets_dir else FileSecretStore()
         settler = Settler(client, config.stream, config.group, config.consumer)
         dispatcher = Dispatcher(
             store=InvocationStore(client, config.stream, config.group),
@@ -197,6 +198,7 @@ class Supervisor:
             retire=lambda tag: retire_image(docker, tag, self.leases, active_images),
             on_change=self.state.functions_changed,
             offload=lambda function, *args: hub.threadpool.apply(function, args),
+            webhook_secret=self.secrets.webhook_secret,
             rescan_interval=timing.rescan_interval)
         self.debouncer = Debouncer(self.reconciler.request, delay=timing.debounce)
         self.watcher = Watcher(self.functions_dir, self.debouncer.touch, interval=timing.watch_interval)
