@@ -70,6 +70,21 @@ def test_the_nesting_limit_is_exact(engine, depth, dead_lettered):
     assert len(engine.executor.calls) == (0 if dead_lettered else 3) and engine.pending() == 0
 
 
+def test_a_deep_event_that_matches_nothing_is_acknowledged_like_any_other(engine):
+    """The limit guards what a handler is given; an unmatched event goes nowhere."""
+    engine.publish(nested(MAX_EVENT_DEPTH + 1).replace('"order"', '"other"'))
+    engine.read()
+    assert engine.dlq() == [] and engine.executor.calls == [] and engine.pending() == 0
+
+
+def test_a_deep_event_is_not_handed_to_a_function_still_building(redis_client):
+    engine = Engine(redis_client, [])
+    engine.catalog.hold(ORDERS.function)        # matches, but has no image yet: no targets
+    engine.publish(nested(MAX_EVENT_DEPTH + 1))
+    engine.read()
+    assert [entry["reason"] for entry in engine.dlq()] == [TOO_DEEP] and engine.pending() == 0
+
+
 def test_brackets_inside_strings_do_not_count_as_nesting(engine):
     engine.publish({"kind": "order", "note": "[" * 500 + "{" * 500})
     engine.read()

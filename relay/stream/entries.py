@@ -1,8 +1,8 @@
 """Turning a stream entry into a plan: malformed, matching nothing, or these targets.
 
 Whatever an entry holds, planning it never raises: an event field over
-MAX_EVENT_BYTES is not read at all, an event nested deeper than
-MAX_EVENT_DEPTH levels is refused before anything walks it, and any other
+MAX_EVENT_BYTES is not read at all, an event too deep to decode or nested
+deeper than MAX_EVENT_DEPTH levels goes to no handler, and any other
 exception while decoding or matching makes that one entry malformed. A
 malformed entry is dead-lettered; the batch it came in goes on.
 """
@@ -85,19 +85,20 @@ def _plan(message_id, fields, rules, waiting, max_event_bytes):
         return Plan(message_id, payload, problem=TOO_DEEP)
     except ValueError as error:
         return Plan(message_id, payload, problem=f"the 'event' field is not valid JSON: {error}")
-    if len(payload) > 2 * MAX_EVENT_DEPTH and _deeper_than(event, MAX_EVENT_DEPTH, payload):
-        return Plan(message_id, payload, problem=TOO_DEEP)
     if type(event) is not dict:
         return Plan(message_id, payload, problem=f"the event is a JSON {type(event).__name__}, not an object")
     occurrence = fields.get(SCHEDULE_FIELD)
     if occurrence is not None:
-        return _scheduled(message_id, payload, event, occurrence, rules.functions, waiting)
-    targets = rules.matching(event)
-    if not waiting:
-        return Plan(message_id, payload, event, targets)
-    blocked = tuple(function.name for function in waiting
-                    if any(rule.pattern.matches(event) for rule in function.template.rules))
-    return Plan(message_id, payload, event, targets, waiting=blocked)
+        planned = _scheduled(message_id, payload, event, occurrence, rules.functions, waiting)
+    elif waiting:
+        blocked = tuple(function.name for function in waiting
+                        if any(rule.pattern.matches(event) for rule in function.template.rules))
+        planned = Plan(message_id, payload, event, rules.matching(event), waiting=blocked)
+    else:
+        planned = Plan(message_id, payload, event, rules.matching(event))
+    if (planned.targets or planned.waiting) and _too_deep(payload, event):
+        return Plan(message_id, payload, problem=TOO_DEEP)
+    return planned
 
 
 def _scheduled(message_id, payload, event, occurrence, snapshot, waiting):
@@ -116,18 +117,21 @@ def _scheduled(message_id, payload, event, occurrence, snapshot, waiting):
     return Plan(message_id, payload, event, targets[:1], scheduled=True, obsolete=not targets)
 
 
-def _deeper_than(value, limit, text):
-    """Whether the decoded JSON *value* (from *text*) nests more than *limit* objects and arrays.
+def _too_deep(payload, event):
+    """Whether *event* (decoded from *payload*) nests deeper than MAX_EVENT_DEPTH.
 
-    Walked with a stack, not recursion, so no depth can overflow it; the
-    count of opening brackets in *text* settles most events without a walk.
+    Asked only of an event that is going somewhere (a handler, its log lines):
+    one that matches nothing is acknowledged whatever its depth, and the
+    unmatched path, the busiest, pays nothing for the check. Every level
+    needs an opening bracket, so most events are settled by counting them;
+    the walk uses a stack, not recursion, so no depth can overflow it.
     """
-    if type(value) not in (dict, list) or text.count("[") + text.count("{") <= limit:
+    if len(payload) <= 2 * MAX_EVENT_DEPTH or payload.count("[") + payload.count("{") <= MAX_EVENT_DEPTH:
         return False
-    stack = [(value, 1)]
+    stack = [(event, 1)]
     while stack:
         value, depth = stack.pop()
-        if depth > limit:
+        if depth > MAX_EVENT_DEPTH:
             return True
         children = value.values() if type(value) is dict else value
         stack.extend((child, depth + 1) for child in children if type(child) in (dict, list))
