@@ -22,6 +22,7 @@ LOG_LEVELS = ("DEBUG", "INFO", "WARN", "ERROR")
 DOCKER_VARIABLES = ("DOCKER_HOST", "DOCKER_TLS_VERIFY", "DOCKER_CERT_PATH")
 DEFAULT_MAX_CONCURRENCY = 8
 DEFAULT_MAX_BUFFERED_EVENTS = 16
+DEFAULT_MAX_EVENT_BYTES = 1024 * 1024
 DEFAULT_REDIS_PORT = 6379
 
 _REDIS_URI_FORMS = "host:port, redis://[user:password@]host[:port][/db] or rediss://… for TLS"
@@ -72,6 +73,7 @@ class Config:
     log_level: str = "INFO"
     max_concurrency: int = DEFAULT_MAX_CONCURRENCY
     max_buffered_events: int = DEFAULT_MAX_BUFFERED_EVENTS
+    max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES  # a larger event field is dead-lettered unread
     docker_env: MappingProxyType = field(default_factory=lambda: MappingProxyType({}))
 
 
@@ -88,6 +90,7 @@ def load_config(environ, hostname=None):
         log_level=load_log_level(environ),
         max_concurrency=_positive_int(environ, "MAX_CONCURRENCY", DEFAULT_MAX_CONCURRENCY),
         max_buffered_events=_positive_int(environ, "MAX_BUFFERED_EVENTS", DEFAULT_MAX_BUFFERED_EVENTS),
+        max_event_bytes=_positive_int(environ, "MAX_EVENT_BYTES", DEFAULT_MAX_EVENT_BYTES),
         docker_env=load_docker_env(environ),
     )
 

@@ -164,7 +164,7 @@ class Supervisor:
         )
         self.consumer = Consumer(
             client=client, stream=config.stream, group=config.group, consumer=config.consumer,
-            catalog=self.catalog, dispatcher=dispatcher, settler=settler,
+            catalog=self.catalog, dispatcher=dispatcher, settler=settler, max_event_bytes=config.max_event_bytes,
             buffer=Buffer(config.max_buffered_events, metrics.buffered_events), metrics=metrics,
             reclaim_interval=self.timing.reclaim_interval, min_idle=self.timing.min_idle)
         self.loops += [self._spawn("consumer", self.consumer.read_loop),

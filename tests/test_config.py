@@ -5,8 +5,8 @@ import dataclasses
 import pytest
 
 from relay.config import (
-    DEFAULT_MAX_BUFFERED_EVENTS, DEFAULT_MAX_CONCURRENCY, ListenAddress, RedisSettings, load_config,
-    load_docker_env, parse_redis_uri,
+    DEFAULT_MAX_BUFFERED_EVENTS, DEFAULT_MAX_CONCURRENCY, DEFAULT_MAX_EVENT_BYTES, ListenAddress, RedisSettings,
+    load_config, load_docker_env, parse_redis_uri,
 )
 from relay.durations import HOUR, MINUTE, SECOND
 from relay.errors import ConfigError, RelayError
@@ -35,6 +35,7 @@ def test_defaults():
     assert loaded.log_level == "INFO"
     assert (loaded.max_concurrency, loaded.max_buffered_events) == (8, 16)
     assert (DEFAULT_MAX_CONCURRENCY, DEFAULT_MAX_BUFFERED_EVENTS) == (8, 16)
+    assert loaded.max_event_bytes == DEFAULT_MAX_EVENT_BYTES == 1048576
     assert dict(loaded.docker_env) == {}
 
 
@@ -204,19 +205,23 @@ def test_log_level_rejected(value):
     assert "DEBUG, INFO, WARN, ERROR" in message
 
 
-@pytest.mark.parametrize("name", ["MAX_CONCURRENCY", "MAX_BUFFERED_EVENTS"])
+@pytest.mark.parametrize("name", ["MAX_CONCURRENCY", "MAX_BUFFERED_EVENTS", "MAX_EVENT_BYTES"])
 @pytest.mark.parametrize(("value", "expected"), [("1", 1), ("32", 32), (" 4 ", 4), ("", None)])
 def test_limits(name, value, expected):
     loaded = config(**{name: value})
-    default = {"MAX_CONCURRENCY": 8, "MAX_BUFFERED_EVENTS": 16}[name]
+    default = {"MAX_CONCURRENCY": 8, "MAX_BUFFERED_EVENTS": 16, "MAX_EVENT_BYTES": 1048576}[name]
     assert getattr(loaded, name.lower()) == (default if expected is None else expected)
 
 
-@pytest.mark.parametrize("name", ["MAX_CONCURRENCY", "MAX_BUFFERED_EVENTS"])
+@pytest.mark.parametrize("name", ["MAX_CONCURRENCY", "MAX_BUFFERED_EVENTS", "MAX_EVENT_BYTES"])
 @pytest.mark.parametrize("value", ["0", "-1", "1.5", "abc", "+4", "1e3", "٣"])
 def test_limits_rejected(name, value):
     message = rejected(**{name: value})
     assert message.startswith(f"{name}={value!r}") and "positive whole number" in message
+
+
+def test_max_event_bytes_names_its_default_when_rejected():
+    assert rejected(MAX_EVENT_BYTES="1MiB") == "MAX_EVENT_BYTES='1MiB' must be a positive whole number such as 1048576"
 
 
 def test_docker_variables_are_captured_once():

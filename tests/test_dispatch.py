@@ -139,7 +139,8 @@ class Engine:
         return {key.decode(): value.decode() for key, value in stored.items()}
 
     def dlq(self):
-        return [{key.decode(): value.decode() for key, value in fields.items()}
+        """The dead-letter entries as text; bytes that are not UTF-8 come back as surrogates."""
+        return [{key.decode(): value.decode("utf-8", "surrogateescape") for key, value in fields.items()}
                 for _id, fields in self.client.xrange(dlq_stream(STREAM))]
 
     def handlers_called(self):
@@ -249,6 +250,8 @@ def test_malformed_entries_go_straight_to_the_dlq(engine, payload, reason):
     assert engine.executor.calls == [] and engine.pending() == 0
     (entry,) = engine.dlq()
     assert entry["original_id"] == message_id and entry["reason"].startswith(reason) and entry["attempts"] == "0"
+    kept = b"" if payload is None else payload if isinstance(payload, bytes) else payload.encode()
+    assert entry["event"].encode("utf-8", "surrogateescape") == kept and "truncated" not in entry
 
 
 def test_dlq_write_failure_leaves_the_entry_pending(engine):

@@ -31,6 +31,22 @@ def test_parse(raw, expected):
     assert parse(raw) == expected
 
 
+@pytest.mark.parametrize("raw", [
+    "exhausted:\u00b2", "running:\u00b2#1", "running:1#\u00b2", "next_attempt_at:\u0663#1", "exhausted:\uff15",
+    "exhausted:" + "9" * 5000, "running:" + "1" * 5000 + "#1", "running:1#" + "1" * 5000,
+    b"\xff\xfe", b"exhausted:\xb2", "exhausted: 5", "running:+1#1", "running:1#-1",
+])
+def test_tampered_values_are_unreadable_and_parse_as_absent(raw):
+    assert markers.read(raw) is None
+    assert parse(raw) == Marker("absent")
+
+
+def test_read_tells_absent_from_unreadable():
+    assert markers.read(None) == Marker("absent")
+    assert markers.read("exhausted:5") == Marker("exhausted", attempts=5)
+    assert markers.read("garbage") is None
+
+
 def test_render_round_trips():
     assert parse(markers.running(10, 2)) == Marker("running", attempts=2, deadline=10)
     assert parse(markers.waiting(20, 3)) == Marker("next_attempt_at", attempts=3, deadline=20)

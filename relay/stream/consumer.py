@@ -3,7 +3,8 @@
 The consumer reads new entries with XREADGROUP; the reclaimer takes over
 entries that sat pending longer than the idle time with XAUTOCLAIM. Both
 feed ``accept``: malformed entries are dead-lettered and entries that match
-no rule are acknowledged right there, in one round trip per batch; entries
+no rule are acknowledged right there, in one round trip per batch (no entry,
+however hostile, can raise out of ``accept`` and end a loop); entries
 with matches are dispatched in their own greenlets. No more than
 MAX_BUFFERED_EVENTS entries are held at once: with the buffer full nothing
 is read, so the backlog stays in Redis.
@@ -21,6 +22,7 @@ import redis
 from gevent.event import Event
 from gevent.pool import Group
 
+from relay.config import DEFAULT_MAX_EVENT_BYTES
 from relay.stream.entries import plan
 from relay.stream.group import ensure_group, is_missing_group
 from relay.stream.resilience import Outage
@@ -63,7 +65,8 @@ class Buffer:
 
 class Consumer:
     def __init__(self, *, client, stream, group, consumer, catalog, dispatcher, settler, buffer, metrics,
-                 block_ms=READ_BLOCK_MS, reclaim_interval=RECLAIM_INTERVAL, min_idle=MIN_IDLE):
+                 block_ms=READ_BLOCK_MS, reclaim_interval=RECLAIM_INTERVAL, min_idle=MIN_IDLE,
+                 max_event_bytes=DEFAULT_MAX_EVENT_BYTES):
         self.client = client
         self.stream = stream
         self.group = group
@@ -76,6 +79,7 @@ class Consumer:
         self.block_ms = block_ms
         self.reclaim_interval = reclaim_interval
         self.min_idle_ms = int(min_idle * 1000)
+        self.max_event_bytes = max_event_bytes
         self.stopping = Event()
         self.dispatches = Group()
         self.in_flight = set()    # message ids whose dispatch is running here
@@ -158,7 +162,7 @@ class Consumer:
                 self.settler.ack([message_id])
                 self.buffer.release()
                 continue
-            entry = plan(message_id, fields, rules, waiting)
+            entry = plan(message_id, fields, rules, waiting, self.max_event_bytes)
             events += not entry.scheduled
             if entry.obsolete:
                 log.info("Schedule occurrence for a removed function or handler; acknowledged as obsolete",
@@ -168,7 +172,7 @@ class Consumer:
             elif entry.problem:
                 log.warning("Malformed entry; it can never succeed", extra={
                     "message_id": message_id, "reason": entry.problem})
-                if self.settler.dead_letter(message_id, entry.payload, entry.problem, 0):
+                if self.settler.dead_letter(message_id, entry.kept, entry.problem, 0, entry.event_bytes):
                     self.metrics.dlq_entries.inc()
                 self.buffer.release()
             elif entry.waiting:

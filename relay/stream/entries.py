@@ -1,12 +1,26 @@
-"""Turning a stream entry into a plan: malformed, matching nothing, or these targets."""
+"""Turning a stream entry into a plan: malformed, matching nothing, or these targets.
+
+Whatever an entry holds, planning it never raises: an event field over
+MAX_EVENT_BYTES is not read at all, an event too deep to decode or nested
+deeper than MAX_EVENT_DEPTH levels goes to no handler, and any other
+exception while decoding or matching makes that one entry malformed. A
+malformed entry is dead-lettered; the batch it came in goes on.
+"""
 
 import json
+import logging
 from dataclasses import dataclass
 
+from relay.config import DEFAULT_MAX_EVENT_BYTES
 from relay.stream.rules import Target
+
+log = logging.getLogger("relay.stream.entries")
 
 EVENT_FIELD = b"event"
 SCHEDULE_FIELD = b"schedule"
+MAX_EVENT_DEPTH = 64        # nested objects and arrays, the event object itself being level 1
+KEPT_PREFIX_BYTES = 4096    # what a dead-letter entry keeps of an event over MAX_EVENT_BYTES
+TOO_DEEP = f"the event nests deeper than {MAX_EVENT_DEPTH} levels"
 
 
 @dataclass(slots=True)
@@ -19,6 +33,13 @@ class Plan:
     scheduled: bool = False      # a schedule occurrence, not an event
     obsolete: bool = False       # a schedule occurrence whose function or handler is gone
     waiting: tuple = ()          # names of matching functions whose image is not built yet
+    raw: bytes | None = None     # the event field's bytes when they are not text, or their start when too big
+    event_bytes: int = 0         # the event field's size when it was too big to read (raw is cut)
+
+    @property
+    def kept(self):
+        """What a dead-letter entry keeps of the event field: its text, else its raw bytes."""
+        return self.payload if self.payload is not None else self.raw
 
     @property
     def event_id(self):
@@ -29,36 +50,55 @@ class Plan:
         return _text(self.event.get("event_name")) if self.event else None
 
 
-def plan(message_id, fields, rules, waiting=()):
+def plan(message_id, fields, rules, waiting=(), max_event_bytes=DEFAULT_MAX_EVENT_BYTES):
     """Decode *fields* and match the event against *rules* (a relay.stream.rules.Rules).
 
     Targets come in function name order, then rule file order; two matching
     rules with the same handler are both targets. *waiting* are functions
     loaded but never built: an event one of them matches must wait for it,
-    not be acknowledged without it.
+    not be acknowledged without it. Never raises: an entry that cannot be
+    read is a Plan with a problem.
     """
+    try:
+        return _plan(message_id, fields, rules, waiting, max_event_bytes)
+    except Exception as error:
+        log.warning("Reading the entry failed unexpectedly", exc_info=True, extra={"message_id": message_id})
+        raw = fields.get(EVENT_FIELD) if isinstance(fields, dict) else None
+        return Plan(message_id, None, problem=f"{type(error).__name__}: {error}",
+                    raw=raw if isinstance(raw, bytes) and len(raw) <= max_event_bytes else None)
+
+
+def _plan(message_id, fields, rules, waiting, max_event_bytes):
     raw = None if fields is None else fields.get(EVENT_FIELD)
     if raw is None:
         return Plan(message_id, None, problem="the entry has no 'event' field")
+    if len(raw) > max_event_bytes:
+        return Plan(message_id, None, problem=f"event is {len(raw)} bytes, over MAX_EVENT_BYTES ({max_event_bytes})",
+                    raw=raw[:KEPT_PREFIX_BYTES], event_bytes=len(raw))
     try:
         payload = raw.decode("utf-8")
-    except UnicodeDecodeError:
-        return Plan(message_id, None, problem="the 'event' field is not UTF-8 text")
+    except UnicodeDecodeError as error:
+        return Plan(message_id, None, problem=f"the 'event' field is not UTF-8 text: {error}", raw=raw)
     try:
         event = json.loads(payload)
+    except RecursionError:
+        return Plan(message_id, payload, problem=TOO_DEEP)
     except ValueError as error:
         return Plan(message_id, payload, problem=f"the 'event' field is not valid JSON: {error}")
     if type(event) is not dict:
         return Plan(message_id, payload, problem=f"the event is a JSON {type(event).__name__}, not an object")
     occurrence = fields.get(SCHEDULE_FIELD)
     if occurrence is not None:
-        return _scheduled(message_id, payload, event, occurrence, rules.functions, waiting)
-    targets = rules.matching(event)
-    if not waiting:
-        return Plan(message_id, payload, event, targets)
-    blocked = tuple(function.name for function in waiting
-                    if any(rule.pattern.matches(event) for rule in function.template.rules))
-    return Plan(message_id, payload, event, targets, waiting=blocked)
+        planned = _scheduled(message_id, payload, event, occurrence, rules.functions, waiting)
+    elif waiting:
+        blocked = tuple(function.name for function in waiting
+                        if any(rule.pattern.matches(event) for rule in function.template.rules))
+        planned = Plan(message_id, payload, event, rules.matching(event), waiting=blocked)
+    else:
+        planned = Plan(message_id, payload, event, rules.matching(event))
+    if (planned.targets or planned.waiting) and _too_deep(payload, event):
+        return Plan(message_id, payload, problem=TOO_DEEP)
+    return planned
 
 
 def _scheduled(message_id, payload, event, occurrence, snapshot, waiting):
@@ -75,6 +115,27 @@ def _scheduled(message_id, payload, event, occurrence, snapshot, waiting):
                     for active in snapshot if active.name == function
                     for schedule in active.function.template.schedules if schedule.handler == handler)
     return Plan(message_id, payload, event, targets[:1], scheduled=True, obsolete=not targets)
+
+
+def _too_deep(payload, event):
+    """Whether *event* (decoded from *payload*) nests deeper than MAX_EVENT_DEPTH.
+
+    Asked only of an event that is going somewhere (a handler, its log lines):
+    one that matches nothing is acknowledged whatever its depth, and the
+    unmatched path, the busiest, pays nothing for the check. Every level
+    needs an opening bracket, so most events are settled by counting them;
+    the walk uses a stack, not recursion, so no depth can overflow it.
+    """
+    if len(payload) <= 2 * MAX_EVENT_DEPTH or payload.count("[") + payload.count("{") <= MAX_EVENT_DEPTH:
+        return False
+    stack = [(event, 1)]
+    while stack:
+        value, depth = stack.pop()
+        if depth > MAX_EVENT_DEPTH:
+            return True
+        children = value.values() if type(value) is dict else value
+        stack.extend((child, depth + 1) for child in children if type(child) in (dict, list))
+    return False
 
 
 def _text(value):

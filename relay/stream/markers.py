@@ -41,6 +41,15 @@ def field(function, handler):
 
 def parse(value):
     """The Marker a stored value means; anything unreadable is absent (eligible)."""
+    return read(value) or ABSENT_MARKER
+
+
+def read(value):
+    """The Marker a stored value means, ABSENT_MARKER for no value, None when it cannot be read.
+
+    Numbers are ASCII digits only: a tampered ``exhausted:²`` or a thousand-digit
+    count is unreadable, never an exception.
+    """
     if value is None:
         return ABSENT_MARKER
     if isinstance(value, bytes):
@@ -49,14 +58,26 @@ def parse(value):
         return Marker(OK)
     kind, colon, rest = value.partition(":")
     if not colon:
-        return ABSENT_MARKER
+        return None
     if kind == EXHAUSTED:
-        return Marker(EXHAUSTED, attempts=int(rest)) if rest.isdigit() else ABSENT_MARKER
+        attempts = _count(rest)
+        return None if attempts is None else Marker(EXHAUSTED, attempts=attempts)
     if kind in (RUNNING, WAITING):
         deadline, hash_sign, attempts = rest.partition("#")
-        if hash_sign and deadline.isdigit() and attempts.isdigit() and int(attempts) > 0:
-            return Marker(kind, attempts=int(attempts), deadline=int(deadline))
-    return ABSENT_MARKER
+        deadline, attempts = _count(deadline), _count(attempts)
+        if hash_sign and deadline is not None and attempts:
+            return Marker(kind, attempts=attempts, deadline=deadline)
+    return None
+
+
+def _count(text):
+    """A whole number written in ASCII digits, else None."""
+    if not (text.isascii() and text.isdigit()):
+        return None
+    try:
+        return int(text)
+    except ValueError:      # more digits than int() converts
+        return None
 
 
 def running(deadline, attempt):

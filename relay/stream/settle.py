@@ -47,8 +47,13 @@ class Settler:
             return False
         return True
 
-    def dead_letter(self, message_id, payload, reason, attempts):
-        """Write the entry to the dead-letter stream, then acknowledge it."""
+    def dead_letter(self, message_id, payload, reason, attempts, event_bytes=0):
+        """Write the entry to the dead-letter stream, then acknowledge it.
+
+        *payload* is the event as text, or as bytes when it is not UTF-8; with
+        *event_bytes* set, it is only the start of an event that size, and the
+        entry says so (``truncated``, ``event_bytes``).
+        """
         fields = {
             "original_stream": self.stream,
             "original_id": message_id,
@@ -59,6 +64,8 @@ class Settler:
             "attempts": str(attempts),
             "timestamp": datetime.now(timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z"),
         }
+        if event_bytes:
+            fields.update(truncated="true", event_bytes=str(event_bytes))
         try:
             self.client.xadd(dlq_stream(self.stream), fields)
         except redis.RedisError as error:

@@ -4,15 +4,22 @@ Every call fails open: a Redis error while reading or writing bookkeeping is
 logged and treated as "no state", so bookkeeping never blocks delivery; the
 at-least-once contract holds because the entry itself stays pending until it
 is acknowledged.
+
+A stored value Relay cannot read (tampered, or written by something else) is
+an absent marker: the invocation is eligible, and its first claim replaces
+the value. It is logged as a warning once per entry, not on every delivery.
 """
 
 import logging
+from collections import OrderedDict
 
 import redis
 
 from relay.stream import markers
 
 log = logging.getLogger("relay.stream.state")
+
+WARNED_ENTRIES = 4096   # entries whose unreadable state was logged, remembered to log it once
 
 # Claim an invocation only if its field still holds what we read: two workers
 # that read the same state cannot both start the same attempt.
@@ -31,19 +38,38 @@ class InvocationStore:
         self.stream = stream
         self.group = group
         self._try_start = client.register_script(_TRY_START)
+        self._warned = OrderedDict()   # message id → the unreadable fields already logged
 
     def key(self, message_id):
         return markers.state_key(self.stream, self.group, message_id)
 
     def load(self, message_id):
-        """{field: raw value} for the message; {} when Redis cannot say."""
+        """{field: raw value} for the message; {} when Redis cannot say.
+
+        Values stay the bytes Redis holds, so a claim compares against exactly
+        what is stored, even when it is not text.
+        """
         try:
             stored = self.client.hgetall(self.key(message_id))
         except redis.RedisError as error:
             log.warning("Cannot read invocation state; treating it as empty",
                         extra={"message_id": message_id, "error": str(error)})
             return {}
-        return {name.decode(): value.decode("utf-8", "replace") for name, value in stored.items()}
+        values = {name.decode("utf-8", "replace"): value for name, value in stored.items()}
+        self._warn_unreadable(message_id, values)
+        return values
+
+    def _warn_unreadable(self, message_id, values):
+        unreadable = frozenset(name for name, value in values.items() if markers.read(value) is None)
+        if not unreadable or unreadable <= self._warned.get(message_id, frozenset()):
+            return
+        self._warned[message_id] = unreadable | self._warned.get(message_id, frozenset())
+        self._warned.move_to_end(message_id)
+        while len(self._warned) > WARNED_ENTRIES:
+            self._warned.popitem(last=False)
+        log.warning("Invocation state Relay cannot read; treating it as absent", extra={
+            "message_id": message_id, "fields": ",".join(sorted(unreadable)),
+            "values": ",".join(sorted(repr(values[name])[:80] for name in unreadable))})
 
     def try_start(self, message_id, field, expected, deadline, attempt):
         """Record attempt *attempt* as running until *deadline*, unless the field changed."""

@@ -45,8 +45,7 @@ class Faults:
             self.finished.set()
 
     def malformed_burst(self):
-        self.fleet.producer.malformed_burst()
-        return "10 entries"
+        return f"{self.fleet.producer.malformed_burst()} entries"
 
     def kill_worker(self):
         worker = self.rng.choice(self.fleet.workers)

@@ -135,10 +135,20 @@ def make_event(run_id, seq, rng):
             "region": rng.choice(("eu", "us")), "amount": rng.randint(1, 10_000)}
 
 
-MALFORMED = (
-    {"note": "no event field"},
-    {"event": "{not json"},
-    {"event": "[1, 2, 3]"},
-    {"event": '"a string"'},
-    {"event": ""},
+NESTED_EVENT = "[" * 1000 + "]" * 1000
+HUGE_EVENT = '{"kind": "ok", "blob": "' + "x" * (2 * 1024 * 1024) + '"}'
+NOT_UTF8_EVENT = b'{"kind": "ok", "name": "\xff\xfe"}'
+KEPT_BYTES = 4096        # what a dead-letter entry keeps of an event over MAX_EVENT_BYTES
+
+# Each malformed entry's fields and the start of the reason its dead-letter entry must give.
+MALFORMED_REASONS = (
+    ({"note": "no event field"}, "the entry has no 'event' field"),
+    ({"event": "{not json"}, "the 'event' field is not valid JSON"),
+    ({"event": "[1, 2, 3]"}, "the event is a JSON list, not an object"),
+    ({"event": '"a string"'}, "the event is a JSON str, not an object"),
+    ({"event": ""}, "the 'event' field is not valid JSON"),
+    ({"event": NESTED_EVENT}, "the event nests deeper than 64 levels"),
+    ({"event": HUGE_EVENT}, f"event is {len(HUGE_EVENT)} bytes, over MAX_EVENT_BYTES (1048576)"),
+    ({"event": NOT_UTF8_EVENT}, "the 'event' field is not UTF-8 text"),
 )
+MALFORMED = tuple(fields for fields, _reason in MALFORMED_REASONS)

@@ -50,6 +50,8 @@ class Producer:
         self.finished.set()
 
     def malformed_burst(self, repeat=2):
+        """Add every kind of malformed entry *repeat* times; how many entries that was."""
         for _ in range(repeat):
             for fields in MALFORMED:
                 self.add(fields)
+        return repeat * len(MALFORMED)

@@ -3,7 +3,9 @@
 Every stream entry is judged on its own: a well-formed event's handlers must
 each have run at least once for that entry, and the entry must be acked, in
 the DLQ exactly once if and only if one of its handlers could never succeed.
-Malformed entries must be in the DLQ exactly once and run nothing.
+Malformed entries must be in the DLQ exactly once, with the reason their kind
+of damage calls for, and run nothing. Field values are read as text with
+surrogate escapes, so bytes that are not UTF-8 compare exactly.
 """
 
 import json
@@ -12,10 +14,23 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from tests.fleet.functions import ATTEMPTS, FAILING_FOREVER, expected_functions
+from tests.fleet.functions import ATTEMPTS, FAILING_FOREVER, KEPT_BYTES, MALFORMED_REASONS, expected_functions
 
 MARK = re.compile(r'message "(?P<message>[^"]+)".*?: FLEET-MARK (?P<function>\S+) (?P<seq>\d+) (?P<outcome>\w+)$')
 DLQ_FIELDS = {"original_stream", "original_id", "group", "consumer", "event", "reason", "attempts", "timestamp"}
+MAX_EVENT_BYTES = 1024 * 1024   # the workers' default
+
+
+def _text(value):
+    """A Redis value as text; bytes that are not UTF-8 survive as surrogates."""
+    return value.decode("utf-8", "surrogateescape") if isinstance(value, bytes) else value
+
+
+def _fields(raw):
+    return {_text(key): _text(value) for key, value in raw.items()}
+
+
+EXPECTED_REASONS = {_text(fields.get("event")): reason for fields, reason in MALFORMED_REASONS}
 
 
 @dataclass
@@ -52,10 +67,9 @@ def parse_marks(paths):
 
 def judge(*, client, produced, output_paths, hostnames, stream="events", group="relay"):
     verdict = Verdict(events=len(produced))
-    entries = [(message_id.decode(), {k.decode(): v.decode() for k, v in fields.items()})
-               for message_id, fields in client.xrange(stream)]
+    entries = [(message_id.decode(), _fields(fields)) for message_id, fields in client.xrange(stream)]
     verdict.entries = len(entries)
-    dlq = [{k.decode(): v.decode() for k, v in fields.items()} for _, fields in client.xrange(f"relay:{stream}:dlq")]
+    dlq = [_fields(fields) for _, fields in client.xrange(f"relay:{stream}:dlq")]
     verdict.dlq = len(dlq)
     dlq_by_id = defaultdict(list)
     for record in dlq:
@@ -65,14 +79,15 @@ def judge(*, client, produced, output_paths, hostnames, stream="events", group="
 
     seen_seqs = Counter()
     for message_id, fields in entries:
-        event = _event(fields)
+        reason = EXPECTED_REASONS.get(fields.get("event"))
+        event = None if reason else _event(fields)
         records = dlq_by_id.pop(message_id, [])
         if len(records) > 1:
             verdict.fail(f"{message_id}: dead-lettered {len(records)} times")
         if event is None:
             verdict.malformed += 1
             verdict.dlq_expected += 1
-            _judge_malformed(verdict, message_id, fields, records, marks)
+            _judge_malformed(verdict, message_id, fields, records, marks, reason)
             continue
         seen_seqs[event["seq"]] += 1
         _judge_event(verdict, message_id, fields, event, records, marks, hostnames)
@@ -102,22 +117,33 @@ def judge(*, client, produced, output_paths, hostnames, stream="events", group="
 def _event(fields):
     try:
         event = json.loads(fields["event"])
-    except (KeyError, ValueError):
+    except (KeyError, ValueError, RecursionError):
         return None
     return event if isinstance(event, dict) else None
 
 
-def _judge_malformed(verdict, message_id, fields, records, marks):
+def _judge_malformed(verdict, message_id, fields, records, marks, reason=None):
+    """*reason* is the start of the reason the entry's damage calls for (None: any reason)."""
+    where = f"malformed entry {message_id}"
     if len(records) != 1:
-        verdict.fail(f"malformed entry {message_id}: {len(records)} DLQ entries, 1 expected")
+        verdict.fail(f"{where}: {len(records)} DLQ entries, 1 expected")
         return
     record = records[0]
-    if record.get("event") != fields.get("event", ""):
-        verdict.fail(f"malformed entry {message_id}: DLQ event {record.get('event')!r} differs from the entry")
+    event = fields.get("event", "").encode("utf-8", "surrogateescape")
+    if len(event) > MAX_EVENT_BYTES:
+        kept = {"event": _text(event[:KEPT_BYTES]), "truncated": "true", "event_bytes": str(len(event))}
+    else:
+        kept = {"event": _text(event), "truncated": None, "event_bytes": None}
+    for key, value in kept.items():
+        if record.get(key) != value:
+            shown = record.get(key) if key != "event" else (record.get(key) or "")[:60]
+            verdict.fail(f"{where}: DLQ {key} {shown!r} differs from what the entry calls for")
     if not record.get("reason"):
-        verdict.fail(f"malformed entry {message_id}: DLQ entry has no reason")
+        verdict.fail(f"{where}: DLQ entry has no reason")
+    elif reason and not record["reason"].startswith(reason):
+        verdict.fail(f"{where}: DLQ reason {record['reason'][:120]!r}, expected {reason!r}")
     if any(key[0] == message_id for key in marks):
-        verdict.fail(f"malformed entry {message_id}: a handler ran for it")
+        verdict.fail(f"{where}: a handler ran for it")
 
 
 def _judge_event(verdict, message_id, fields, event, records, marks, hostnames):
