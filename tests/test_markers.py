@@ -4,7 +4,7 @@ import pytest
 
 from relay.durations import MINUTE
 from relay.stream import markers
-from relay.stream.markers import Marker, decide, parse
+from relay.stream.markers import HORIZON, Marker, decide, parse
 
 NOW = 1_800_000_000_000_000_000
 
@@ -64,6 +64,9 @@ def test_render_round_trips():
     (Marker("next_attempt_at", attempts=2, deadline=NOW - 1), 4, "run", 3),
     (Marker("next_attempt_at", attempts=1, deadline=NOW - 1), 0, "exhaust", 1),
     (Marker("absent"), 0, "run", 1),
+    (Marker("running", attempts=1, deadline=NOW + HORIZON), 4, "skip-busy", 1),
+    (Marker("running", attempts=1, deadline=NOW + HORIZON + 1), 4, "run", 2),   # tampered: years ahead
+    (Marker("next_attempt_at", attempts=2, deadline=10**30), 4, "run", 3),
 ])
 def test_decide(marker, retries, action, attempt):
     decision = decide(marker, NOW, retries)

@@ -16,6 +16,7 @@ from relay.durations import MINUTE
 
 STATE_TTL_SECONDS = 7 * 24 * 3600
 BACKOFF = (1 * MINUTE, 2 * MINUTE, 5 * MINUTE, 10 * MINUTE)  # after attempt 1, 2, 3, then capped
+HORIZON = 60 * MINUTE  # no deadline Relay writes is further ahead (timeouts ≤ 5m, backoff ≤ 10m), skew included
 
 OK, RUNNING, WAITING, EXHAUSTED, ABSENT = "ok", "running", "next_attempt_at", "exhausted", "absent"
 
@@ -111,14 +112,16 @@ def decide(marker, now, retries):
     A deadline still in the future means another attempt may be live (running)
     or the backoff is not over (next_attempt_at): skip without charging. A
     running marker past its deadline is an attempt that died with its worker;
-    it counts, so the next attempt gets the next number.
+    it counts, so the next attempt gets the next number. A deadline further
+    ahead than HORIZON was never written by Relay (a tampered key): it counts
+    as passed, so the entry cannot be held pending for years.
     """
     if marker.kind == OK:
         return Decision("skip-complete")
     if marker.kind == EXHAUSTED:
         return Decision("skip-terminal", attempt=marker.attempts)
     if marker.kind in (RUNNING, WAITING):
-        if now < marker.deadline:
+        if now < marker.deadline <= now + HORIZON:
             return Decision("skip-busy", attempt=marker.attempts)
         if marker.attempts >= 1 + retries:
             return Decision("exhaust", attempt=marker.attempts)
