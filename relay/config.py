@@ -14,6 +14,7 @@ from urllib.parse import unquote, urlsplit
 
 from relay.durations import DurationError, parse_duration
 from relay.errors import ConfigError
+from relay.quoting import quote, shorten
 
 FUNCTIONS_DIR = "/functions"
 STATE_DIR = "/var/lib/relay"
@@ -110,7 +111,7 @@ def load_log_level(environ):
     if not level:
         return "INFO"
     if level not in LOG_LEVELS:
-        raise ConfigError(f"LOG_LEVEL={raw!r} is not a log level; use one of {', '.join(LOG_LEVELS)}")
+        raise ConfigError(f"LOG_LEVEL={quote(raw)} is not a log level; use one of {', '.join(LOG_LEVELS)}")
     return level
 
 
@@ -122,32 +123,32 @@ def parse_redis_uri(value):
     """
     shown = _redacted(value)
     if not value.isprintable():
-        raise ConfigError(f"REDIS_URI={shown!r} has a control character; use {_REDIS_URI_FORMS}")
+        raise ConfigError(f"REDIS_URI={quote(shown)} has a control character; use {_REDIS_URI_FORMS}")
     if "://" not in value:
         if "@" in value:
-            raise ConfigError(f"REDIS_URI={shown!r} has a login but no redis:// scheme; "
+            raise ConfigError(f"REDIS_URI={quote(shown)} has a login but no redis:// scheme; "
                               f"use redis://user:password@host:port")
         host, port = _split_host_port(value)
         if not host or port is None:
-            raise ConfigError(f"REDIS_URI={shown!r} is not a Redis address; use {_REDIS_URI_FORMS}")
+            raise ConfigError(f"REDIS_URI={quote(shown)} is not a Redis address; use {_REDIS_URI_FORMS}")
         return RedisSettings(host=host, port=_port("REDIS_URI", shown, port))
 
     try:
         parts = urlsplit(value)
     except ValueError:  # an unclosed or invalid [IPv6] host
-        raise ConfigError(f"REDIS_URI={shown!r} is not a Redis address; use {_REDIS_URI_FORMS}") from None
+        raise ConfigError(f"REDIS_URI={quote(shown)} is not a Redis address; use {_REDIS_URI_FORMS}") from None
     if parts.scheme not in ("redis", "rediss"):
-        raise ConfigError(f"REDIS_URI={shown!r} has an unknown scheme {parts.scheme!r}; use {_REDIS_URI_FORMS}")
+        raise ConfigError(f"REDIS_URI={quote(shown)} has an unknown scheme {quote(parts.scheme)}; use {_REDIS_URI_FORMS}")
     if parts.query or parts.fragment:
-        raise ConfigError(f"REDIS_URI={shown!r} has options Relay does not read; use {_REDIS_URI_FORMS}")
+        raise ConfigError(f"REDIS_URI={quote(shown)} has options Relay does not read; use {_REDIS_URI_FORMS}")
     host, port = _split_host_port(parts.netloc.rpartition("@")[2])
     if host is None:
-        raise ConfigError(f"REDIS_URI={shown!r} is not a Redis address; use {_REDIS_URI_FORMS}")
+        raise ConfigError(f"REDIS_URI={quote(shown)} is not a Redis address; use {_REDIS_URI_FORMS}")
     if not host:
-        raise ConfigError(f"REDIS_URI={shown!r} names no host; use {_REDIS_URI_FORMS}")
+        raise ConfigError(f"REDIS_URI={quote(shown)} names no host; use {_REDIS_URI_FORMS}")
     db_text = parts.path.lstrip("/")
     if db_text and _whole_number(db_text) is None:
-        raise ConfigError(f"REDIS_URI={shown!r} has database {db_text!r}; a database is a number such as /0")
+        raise ConfigError(f"REDIS_URI={quote(shown)} has database {quote(db_text)}; a database is a number such as /0")
     return RedisSettings(
         host=host,
         port=DEFAULT_REDIS_PORT if port is None else _port("REDIS_URI", shown, port),
@@ -161,7 +162,7 @@ def parse_redis_uri(value):
 def parse_listen_address(name, value):
     host, port = _split_host_port(value)
     if port is None:
-        raise ConfigError(f"{name}={value!r} is not a listen address; use {_LISTEN_FORMS}")
+        raise ConfigError(f"{name}={quote(value)} is not a listen address; use {_LISTEN_FORMS}")
     number = _port(name, value, port, forms=_LISTEN_FORMS)
     return ListenAddress(host=host, port=number)
 
@@ -181,10 +182,10 @@ def _retention(environ):
         retention = parse_duration(raw)
     except DurationError as error:
         raise ConfigError(
-            f"REDIS_STREAM_RETENTION={raw!r} is not a duration ({error}); use a Go duration such as 6h or 90m"
+            f"REDIS_STREAM_RETENTION={quote(raw)} is not a duration ({shorten(str(error))}); use a Go duration such as 6h or 90m"
         ) from None
     if retention <= 0:
-        raise ConfigError(f"REDIS_STREAM_RETENTION={raw!r} must be longer than zero, e.g. 6h")
+        raise ConfigError(f"REDIS_STREAM_RETENTION={quote(raw)} must be longer than zero, e.g. 6h")
     return retention
 
 
@@ -199,7 +200,7 @@ def _positive_int(environ, name, default):
         return default
     text = raw.strip()
     if not _whole_number(text):
-        raise ConfigError(f"{name}={raw!r} must be a positive whole number such as {default}")
+        raise ConfigError(f"{name}={quote(raw)} must be a positive whole number such as {default}")
     return int(text)
 
 
@@ -225,7 +226,7 @@ def _split_host_port(text):
 def _port(name, shown, port, forms=_REDIS_URI_FORMS):
     number = _whole_number(port)
     if number is None or not 0 < number < 65536:
-        raise ConfigError(f"{name}={shown!r} has port {port!r}; use {forms}")
+        raise ConfigError(f"{name}={quote(shown)} has port {quote(port)}; use {forms}")
     return number
 
 

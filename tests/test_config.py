@@ -149,6 +149,17 @@ def test_odd_values_of_other_variables_are_one_line_errors(name, value):
     assert rejected(**{name: value}).startswith(f"{name}=")
 
 
+@pytest.mark.parametrize(("name", "value"), [
+    ("REDIS_URI", "redis://user:pw@" + "h" * 5000 + ":63x"), ("REDIS_URI", "user:pw@" + "h" * 5000),
+    ("MAX_CONCURRENCY", "x" * 5000), ("METRICS_ADDR", "x" * 5000), ("LOG_LEVEL", "x" * 5000),
+    ("REDIS_STREAM_RETENTION", "9" * 5000 + "q"), ("MAX_EVENT_BYTES", "x" * 5000),
+])
+def test_a_long_value_is_quoted_at_about_a_hundred_characters(name, value):
+    message = rejected(**{name: value})
+    assert message.startswith(f"{name}=") and "pw" not in message
+    assert len(message) < 400
+
+
 @pytest.mark.parametrize(("value", "expected"), [
     ("6h", 6 * HOUR), ("90m", 90 * MINUTE), ("1h30m", 90 * MINUTE), ("1.5s", 1500 * SECOND // 1000), ("", None),
 ])
