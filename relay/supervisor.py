@@ -183,6 +183,9 @@ class Supervisor:
 
         metrics, timing, docker = self.metrics, self.timing, self.docker
         hub = gevent.get_hub()
+        # Functions load in the hub's thread pool. croniter's first import runs `file` through
+        # subprocess, which gevent only allows on the hub's own thread: import it here first.
+        import croniter  # noqa: F401
         state_path = self.state_path or DB_PATH
         known_before = previous_functions(state_path)
         self.state = StateWriter(StateDatabase(state_path), metrics, interval=timing.stats_interval)
