@@ -354,3 +354,21 @@ def test_a_body_that_stops_short_is_408_and_schedules_nothing(webhooks):
     assert answer.startswith(b"HTTP/1.1 408") and answer.endswith(b"request body incomplete\n")
     settle(hook.jobs)
     assert hook.jobs.runs == 0
+
+
+@pytest.mark.parametrize("length", ["²", "1²", "-1", "9" * 400])
+def test_an_odd_content_length_is_a_client_error_not_a_crash(webhooks, logs, length):
+    from gevent import socket
+
+    hook = webhooks()
+    with socket.create_connection(("127.0.0.1", hook.port), timeout=10) as client:
+        client.sendall(f"POST /github HTTP/1.1\r\nHost: x\r\nX-GitHub-Event: push\r\n"
+                       f"Content-Length: {length}\r\nConnection: close\r\n\r\n{{}}".encode())
+        client.shutdown(socket.SHUT_WR)
+        answer = b""
+        while chunk := client.recv(4096):
+            answer += chunk
+    assert answer[:12] in (b"HTTP/1.1 400", b"HTTP/1.1 413"), answer[:200]
+    assert not [record for record in logs if record.levelno >= logging.ERROR or record.exc_info]
+    settle(hook.jobs)
+    assert hook.jobs.runs == 0

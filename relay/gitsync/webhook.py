@@ -150,7 +150,7 @@ class WebhookServer:
 def _body(environ):
     """The request body, or None when it is larger than MAX_BODY."""
     length = environ.get("CONTENT_LENGTH") or ""
-    if length.isdigit() and int(length) > MAX_BODY:
+    if length.isascii() and length.isdigit() and int(length) > MAX_BODY:
         return None
     data = environ["wsgi.input"].read(MAX_BODY + 1)
     return None if len(data) > MAX_BODY else data
