@@ -55,7 +55,8 @@ def run_and_inspect(docker_engine, function, image, hostname):
     """Run one invocation of *function*; the engine's inspect of its container while it ran."""
     executor = Executor(docker_engine, hostname, output=open(os.devnull, "w"))
     invocation = Invocation(function=function.name, handler="app.handler", image=image,
-                            payload=b'{"kind": "x", "n": 1, "linger": 3}', timeout=60 * SECOND)
+                            payload=b'{"kind": "x", "n": 1, "linger": 3}', timeout=60 * SECOND,
+                            network=function.template.network)
     inspected = {}
 
     def container():

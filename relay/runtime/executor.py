@@ -34,12 +34,10 @@ from relay.errors import ExecutionError
 from relay.runtime import protocol
 from relay.runtime.containers import USER, container_name, host_config, labels, remove_container
 from relay.runtime.output import OutputForwarder, prefix
-from relay.runtime.recipes import NETWORK_LABEL
 from relay.runtime.sweep import UNCONFIRMED_CREATE_GRACE
 
 log = logging.getLogger("relay.runtime.executor")
 _PRINTABLE_RUN = re.compile(r"[^\x00-\x1f\x7f]{4,}")
-_NETWORKS_REMEMBERED = 1024  # image tags; more means many versions came and went: start afresh
 
 
 @dataclass(frozen=True)
@@ -53,6 +51,7 @@ class Invocation:
     message_id: str | None = None
     event_id: str | None = None
     event_name: str | None = None
+    network: str | None = None  # the template's network ("none"), or None for the engine's default
 
     def __repr__(self):  # env holds secret values: never print them
         return (f"Invocation(function={self.function!r}, handler={self.handler!r}, image={self.image!r}, "
@@ -81,21 +80,9 @@ class Executor:
         self._output = output if output is not None else sys.stdout
         self._leases = leases
         self._leftovers = leftovers
-        self._host_configs = {None: host_config(self._api)}  # by network
-        self._networks = {}  # image tag -> the network its function asks for (None: the engine's default)
+        self._host_configs = {}  # by network: one HostConfig for every container of the same network
 
-    def host_config_for(self, image):
-        """The HostConfig for containers of *image*: its function's ``network`` comes from the
-        image's label (the tag names one version of the template), asked of the engine once per tag."""
-        if image not in self._networks:
-            try:
-                labels = (self._api.inspect_image(image).get("Config") or {}).get("Labels") or {}
-            except NotFound:
-                raise ExecutionError(f"image {image} does not exist") from None
-            if len(self._networks) >= _NETWORKS_REMEMBERED:
-                self._networks.clear()
-            self._networks[image] = labels.get(NETWORK_LABEL) or None
-        network = self._networks[image]
+    def _host_config(self, network):
         if network not in self._host_configs:
             self._host_configs[network] = host_config(self._api, network)
         return self._host_configs[network]
@@ -165,7 +152,7 @@ class _Execution:
                 stdin_open=True,  # with detach=False: attach stdin, close it after our end-of-file
                 environment={**invocation.env, "RELAY_HANDLER": invocation.handler},
                 labels=labels(invocation, self.executor._hostname),
-                host_config=self.executor.host_config_for(invocation.image),
+                host_config=self.executor._host_config(invocation.network),
                 use_config_proxy=False,  # the container's env is the template's, nothing else
             )
         except ImageNotFound:

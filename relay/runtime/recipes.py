@@ -31,7 +31,6 @@ RUNTIME_LABEL = "relay.build.runtime"
 FINGERPRINT_LABEL = "relay.build.fingerprint"
 FUNCTION_LABEL = "relay.build.function"
 RECIPE_LABEL = "relay.build.recipe"
-NETWORK_LABEL = "relay.build.network"  # the template's network, when it sets one; read by the executor
 
 _SCHEMA = b"relay-dependencies/1"
 
@@ -95,10 +94,8 @@ class FunctionRecipe:
                 f"ENTRYPOINT {json.dumps(list(runtime.command))}\n")
 
     def labels(self):
-        network = self.function.template.network
         return {KIND_LABEL: "function", RUNTIME_LABEL: self.runtime.name, FUNCTION_LABEL: self.function.name,
-                FINGERPRINT_LABEL: self.function.fingerprint, RECIPE_LABEL: self.digest,
-                **({NETWORK_LABEL: network} if network else {})}
+                FINGERPRINT_LABEL: self.function.fingerprint, RECIPE_LABEL: self.digest}
 
 
 def dependency_recipe(directory, runtime, architecture):

@@ -123,7 +123,8 @@ class Dispatcher:
             invocation = Invocation(
                 function=active.name, handler=target.rule.handler, image=active.image,
                 payload=plan.payload.encode(), timeout=target.rule.timeout, env=env,
-                message_id=plan.message_id, event_id=plan.event_id, event_name=plan.event_name)
+                message_id=plan.message_id, event_id=plan.event_id, event_name=plan.event_name,
+                network=active.function.template.network)
             return self.executor.run(invocation)
         finally:
             self.metrics.in_flight.dec()
