@@ -15,6 +15,7 @@ from collections import OrderedDict
 
 import redis
 
+from relay.quoting import quote
 from relay.stream import markers
 
 log = logging.getLogger("relay.stream.state")
@@ -69,7 +70,7 @@ class InvocationStore:
             self._warned.popitem(last=False)
         log.warning("Invocation state Relay cannot read; treating it as absent", extra={
             "message_id": message_id, "fields": ",".join(sorted(unreadable)),
-            "values": ",".join(sorted(repr(values[name])[:80] for name in unreadable))})
+            "values": ",".join(sorted(quote(values[name]) for name in unreadable))})
 
     def try_start(self, message_id, field, expected, deadline, attempt):
         """Record attempt *attempt* as running until *deadline*, unless the field changed."""
