@@ -94,6 +94,25 @@ def docker_engine():
     client.close()
 
 
+@pytest.fixture
+def created(docker_engine):
+    """Image tags a test makes; removed afterwards."""
+    from tests.runtime_helpers import remove_images
+
+    tags = []
+    yield tags
+    remove_images(docker_engine, tags)
+
+
+@pytest.fixture
+def workers():
+    """Relay processes a test starts (tests.engine.workers.Worker); killed afterwards."""
+    started = []
+    yield started
+    for worker in started:
+        worker.kill()
+
+
 def base_env(**overrides):
     """The environment of a Relay subprocess: this one minus Relay's own variables."""
     env = {key: value for key, value in os.environ.items()

@@ -42,14 +42,6 @@ events:
 """, {"app.py": SLEEPY})
 
 
-@pytest.fixture
-def workers():
-    started = []
-    yield started
-    for worker in started:
-        worker.kill()
-
-
 def start(workers, *args, **kwargs):
     worker = Worker(*args, **kwargs)
     workers.append(worker)

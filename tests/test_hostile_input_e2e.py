@@ -7,8 +7,6 @@ timings by tests/engine/harness.py, does the same with poison entries a dead
 worker left pending, pass after pass.
 """
 
-import pytest
-
 from relay.stream.entries import TOO_DEEP
 from relay.stream.settle import dlq_stream
 from tests.engine.workers import (
@@ -22,14 +20,6 @@ HANDLER = """
 def handler(event):
     print(f"handled {event['n']}", flush=True)
 """
-
-
-@pytest.fixture
-def workers():
-    started = []
-    yield started
-    for worker in started:
-        worker.kill()
 
 
 def echo_function(root):

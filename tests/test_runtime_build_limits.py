@@ -20,16 +20,9 @@ from relay.runtime.images import BUILD_MEMORY_BYTES, TAIL_BYTES, ImageBuilder
 from relay.runtime.build_limits import Tail
 from relay.runtime.recipes import FINGERPRINT_LABEL, RECIPE_LABEL, dependency_recipe, function_recipe
 from relay.runtime.registry import RUNTIMES, Installer
-from tests.runtime_helpers import BuildSpy, image_exists, remove_images, token, wait_until, write_function
+from tests.runtime_helpers import BuildSpy, image_exists, token, wait_until, write_function
 
 PYTHON = RUNTIMES["python3.14"]
-
-
-@pytest.fixture
-def created(docker_engine):
-    tags = []
-    yield tags
-    remove_images(docker_engine, tags)
 
 
 @pytest.fixture

@@ -16,18 +16,10 @@ from relay.runtime import images as images_module
 from relay.runtime.images import ImageBuilder
 from relay.runtime.recipes import RECIPE_LABEL, dependency_recipe
 from relay.runtime.registry import RUNTIMES
-from tests.runtime_helpers import BuildSpy, Pins, image_exists, remove_images, token, write_function
+from tests.runtime_helpers import BuildSpy, Pins, image_exists, token, write_function
 
 PYTHON = RUNTIMES["python3.14"]
 ROOT = Path(__file__).resolve().parent.parent
-
-
-@pytest.fixture
-def created(docker_engine):
-    """Tags a test makes; removed afterwards."""
-    tags = []
-    yield tags
-    remove_images(docker_engine, tags)
 
 
 @pytest.fixture

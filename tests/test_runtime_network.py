@@ -15,7 +15,6 @@ from relay.functions import load_function
 from relay.runtime.executor import Executor, Invocation
 from relay.runtime.images import ImageBuilder
 from tests.engine.workers import Worker, engine_env, namespaced_relay_command, publish, wait_until, write_function
-from tests.runtime_helpers import remove_images
 
 SOURCE = """
 import time
@@ -44,13 +43,6 @@ def test_network_accepts_none_or_nothing(tmp_path):
         in str(raised.value)
 
 
-@pytest.fixture
-def built(docker_engine):
-    tags = []
-    yield tags
-    remove_images(docker_engine, tags)
-
-
 def run_and_inspect(docker_engine, function, image, hostname):
     """Run one invocation of *function*; the engine's inspect of its container while it ran."""
     executor = Executor(docker_engine, hostname, output=open(os.devnull, "w"))
@@ -73,12 +65,12 @@ def run_and_inspect(docker_engine, function, image, hostname):
     return inspected
 
 
-def test_network_none_reaches_the_container(docker_engine, tmp_path, built):
+def test_network_none_reaches_the_container(docker_engine, tmp_path, created):
     suffix = secrets.token_hex(3)
     builder = ImageBuilder(docker_engine)
     closed = load_function(write_function(tmp_path, f"net-none-{suffix}", template("x", "none"), {"app.py": SOURCE}))
     usual = load_function(write_function(tmp_path, f"net-default-{suffix}", template("x"), {"app.py": SOURCE}))
-    built.extend([closed.image, usual.image])
+    created.extend([closed.image, usual.image])
     closed_inspect = run_and_inspect(docker_engine, closed, builder.prepare(closed), f"net-none-{suffix}")
     usual_inspect = run_and_inspect(docker_engine, usual, builder.prepare(usual), f"net-default-{suffix}")
     assert closed_inspect["HostConfig"]["NetworkMode"] == "none"
@@ -88,7 +80,7 @@ def test_network_none_reaches_the_container(docker_engine, tmp_path, built):
 
 
 def test_a_template_edit_of_network_takes_effect_on_hot_reload(redis_server, redis_client, docker_engine,
-                                                                tmp_path, built):
+                                                                tmp_path, created):
     suffix = secrets.token_hex(3)
     name, kind = f"net-reload-{suffix}", f"net-reload-{suffix}"
     functions, state = tmp_path / "functions", tmp_path / "state"
@@ -118,6 +110,6 @@ def test_a_template_edit_of_network_takes_effect_on_hot_reload(redis_server, red
         assert relay.stop(signal.SIGTERM) == 0
     finally:
         relay.kill()
-        built.extend(tag for image in docker_engine.api.images(name=f"relay-fn-{name}")
+        created.extend(tag for image in docker_engine.api.images(name=f"relay-fn-{name}")
                      for tag in image.get("RepoTags") or ())
     assert modes[0] != "none" and modes[-1] == "none"

@@ -75,14 +75,6 @@ def set_secret(state, name, value):
 
 
 @pytest.fixture
-def workers():
-    started = []
-    yield started
-    for worker in started:
-        worker.kill()
-
-
-@pytest.fixture
 def state(tmp_path):
     directory = tmp_path / "state"
     directory.mkdir()
