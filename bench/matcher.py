@@ -7,7 +7,7 @@ prefix/suffix, exists, numeric and now() comparisons) and ~1 KB events over
 the same tables. Three figures, events/s on one core:
 
 * compiled: each event against all 30 compiled patterns;
-* index: each event through the consumer's rule index (relay.stream.rules),
+* index: each event through the consumer's rule index (relay.functions.rules),
   which tests only the rules the event's key field allows, as Relay does;
 * interpreter: each event against all 30 raw patterns, walked as dicts.
 
@@ -29,9 +29,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import report  # noqa: E402
 from relay.durations import parse_duration  # noqa: E402
-from relay.catalog import ActiveFunction  # noqa: E402
+from relay.live.catalog import ActiveFunction  # noqa: E402
 from relay.functions import Function, compile_pattern, parse_template  # noqa: E402
-from relay.stream.rules import Rules  # noqa: E402
+from relay.functions.rules import Rules  # noqa: E402
 
 TABLES = ["users", "orders", "payments", "invoices", "shipments", "carts", "reviews", "coupons", "refunds", "tickets"]
 OPERATORS = {"equals", "prefix", "suffix", "exists", "gt", "gte", "lt", "lte"}

@@ -118,8 +118,8 @@ def write_state(directory):
     """A state database as `relay start` leaves it: the example functions, ready, and counters."""
     sys.path.insert(0, str(ROOT))
     from relay.functions import load_function
-    from relay.reconciler import describe
-    from relay.state import READY, Counters, StateDatabase, Stats, now
+    from relay.live.reconciler import describe
+    from relay.view.database import READY, Counters, StateDatabase, Stats, now
 
     moment = now()
     functions = [load_function(path) for path in sorted((ROOT / "examples" / "functions").iterdir())]

@@ -45,9 +45,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 import report  # noqa: E402
-from relay.catalog import Catalog  # noqa: E402
+from relay.live.catalog import Catalog  # noqa: E402
 from relay.functions import load_function  # noqa: E402
-from relay.metrics import Metrics  # noqa: E402
+from relay.metrics.prometheus import Metrics  # noqa: E402
 from relay.stream.consumer import Buffer, Consumer  # noqa: E402
 from relay.stream.group import ensure_group  # noqa: E402
 from relay.stream.settle import Settler  # noqa: E402
@@ -109,7 +109,7 @@ def baseline_reader(client):
 def relay_reader(client):
     """Relay's consumer over the same entries, with the example functions loaded. Returns
     read(count) -> seconds, and checks that every entry it read was acknowledged."""
-    from relay.catalog import ActiveFunction
+    from relay.live.catalog import ActiveFunction
 
     metrics = Metrics()
     catalog = Catalog()
@@ -158,12 +158,12 @@ def matched_loop(client, docker_client, image, count, concurrency):
     """Relay's whole path for *count* entries that each match one no-op handler; returns seconds."""
     import io
 
-    from relay.catalog import ActiveFunction
+    from relay.live.catalog import ActiveFunction
     from relay.runtime.executor import Executor
     from relay.runtime.leases import ImageLeases
     from relay.stream.dispatcher import Dispatcher
     from relay.stream.slots import Slots
-    from relay.stream.state import InvocationStore
+    from relay.stream.invocations import InvocationStore
 
     function = load_function(Path(image.directory))
     metrics = Metrics()

@@ -103,14 +103,14 @@ Options:
 """,
 }
 
-# Where each command is implemented: "module:function", called with the
-# parsed arguments. Imported only when that command runs.
-HANDLERS = {
-    "health": "relay.health:health_command",
-    "secret": "relay.secret_commands:run",
-    "stats": "relay.views:stats_command",
-    "function": "relay.views:function_command",
-    "git": "relay.gitsync.commands:run",
+# The module that implements each administrative command; its run(args) is
+# called with the parsed arguments. Imported only when that command runs.
+ADMIN_COMMANDS = {
+    "health": "relay.commands.health",
+    "stats": "relay.commands.stats",
+    "function": "relay.commands.function",
+    "secret": "relay.commands.secret",
+    "git": "relay.commands.git",
 }
 
 
@@ -135,8 +135,7 @@ def run(argv, imported_before_patch=()):
         from relay.supervisor import start
 
         return start(imported_before_patch)
-    module_name, function_name = HANDLERS[command].split(":")
-    return getattr(importlib.import_module(module_name), function_name)(args)
+    return importlib.import_module(ADMIN_COMMANDS[command]).run(args)
 
 
 def _usage_error(argv, usage):

@@ -128,18 +128,18 @@ class Supervisor:
         log.debug("Docker engine reachable")
 
     def _start_engine(self):
-        from relay.catalog import Catalog
-        from relay.metrics import Metrics
+        from relay.live.catalog import Catalog
+        from relay.metrics.prometheus import Metrics
         from relay.runtime.executor import Executor
         from relay.runtime.leases import ImageLeases
         from relay.runtime.sweep import Leftovers, sweep_orphans
-        from relay.secrets import FileSecretStore, environment
+        from relay.secrets.store import FileSecretStore, environment
         from relay.stream.consumer import Buffer, Consumer
         from relay.stream.dispatcher import Dispatcher
         from relay.stream.group import ensure_group
         from relay.stream.settle import Settler
         from relay.stream.slots import Slots
-        from relay.stream.state import InvocationStore
+        from relay.stream.invocations import InvocationStore
 
         config, client = self.config, self.redis
         self.metrics = metrics = Metrics()
@@ -174,12 +174,12 @@ class Supervisor:
     def _load_functions(self):
         """The state writer and the watcher first (a slow startup build is visible, an edit
         during it is not lost), then every function, built; then the startup image GC."""
-        from relay.reconciler import ActiveImages, Reconciler
+        from relay.live.reconciler import ActiveImages, Reconciler
         from relay.runtime.image_gc import collect_garbage, retire_image
         from relay.runtime.images import ImageBuilder
-        from relay.state import DB_PATH, StateDatabase
-        from relay.state_writer import StateWriter, previous_functions
-        from relay.watcher import Debouncer, Watcher
+        from relay.view.database import DB_PATH, StateDatabase
+        from relay.view.writer import StateWriter, previous_functions
+        from relay.live.watcher import Debouncer, Watcher
 
         metrics, timing, docker = self.metrics, self.timing, self.docker
         hub = gevent.get_hub()
@@ -217,9 +217,9 @@ class Supervisor:
     def _start_services(self):
         """The side loops: each has loop() and stop()."""
         from relay.gitsync.webhook import webhook_service
-        from relay.metrics_server import MetricsServer
-        from relay.schedules import Publisher, Scheduler
-        from relay.secrets import FileSecretStore
+        from relay.metrics.server import MetricsServer
+        from relay.stream.schedules import Publisher, Scheduler
+        from relay.secrets.store import FileSecretStore
         from relay.stream.backlog import Backlog
         from relay.stream.retention import Retention
 

@@ -23,7 +23,7 @@ from relay.gitsync.errors import SourceError, WebhookBindError
 from relay.gitsync.layout import Layout
 from relay.gitsync.source import make_source, save_source
 from relay.gitsync.webhook import webhook_service
-from relay.secrets import FileSecretStore
+from relay.secrets.store import FileSecretStore
 from tests.conftest import free_port
 
 REPOSITORY = "git@github.com:acme/functions.git"

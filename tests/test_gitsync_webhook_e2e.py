@@ -15,7 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from relay.gitsync.layout import Layout
 from relay.gitsync.source import make_source, save_source
-from relay.secrets import FileSecretStore
+from relay.secrets.store import FileSecretStore
 from tests.conftest import free_port
 from tests.engine.workers import Worker, engine_env, namespaced_relay_command, wait_until
 from tests.gitserver import git_server, relay_git  # noqa: F401 (fixture)

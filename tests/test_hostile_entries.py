@@ -13,7 +13,7 @@ import logging
 import pytest
 
 from relay.stream import markers
-from relay.stream.entries import KEPT_PREFIX_BYTES, MAX_EVENT_DEPTH, TOO_DEEP
+from relay.stream.plans import KEPT_PREFIX_BYTES, MAX_EVENT_DEPTH, TOO_DEEP
 from relay.stream.settle import dlq_stream
 from tests.test_dispatch import AUDIT, GROUP, ORDERS, STREAM, Engine, Result
 
@@ -157,12 +157,12 @@ def test_an_event_that_is_not_utf8_keeps_its_bytes_in_the_dlq(engine):
 def test_a_tampered_marker_is_treated_as_absent_and_the_invocation_runs(engine, tampered, caplog):
     message_id = engine.publish(ORDER)
     engine.client.hset(markers.state_key(STREAM, GROUP, message_id), "orders/first.handler", tampered)
-    with caplog.at_level(logging.WARNING, logger="relay.stream.state"):
+    with caplog.at_level(logging.WARNING, logger="relay.stream.invocations"):
         engine.read()
     assert engine.handlers_called() == [("audit", "audit.handler"), ("orders", "first.handler"),
                                         ("orders", "second.handler")]
     assert engine.pending() == 0 and engine.state(message_id) == {}
-    (warning,) = [record for record in caplog.records if record.name == "relay.stream.state"]
+    (warning,) = [record for record in caplog.records if record.name == "relay.stream.invocations"]
     assert warning.getMessage() == "Invocation state Relay cannot read; treating it as absent"
     assert (warning.message_id, warning.fields) == (message_id, "orders/first.handler")
 
@@ -174,11 +174,11 @@ def test_tampered_state_is_logged_once_per_entry_across_deliveries(engine, caplo
     message_id = engine.publish(ORDER)
     key = markers.state_key(STREAM, GROUP, message_id)
     engine.client.hset(key, "orders/second.handler", "exhausted:\u00b2".encode())
-    with caplog.at_level(logging.WARNING, logger="relay.stream.state"):
+    with caplog.at_level(logging.WARNING, logger="relay.stream.invocations"):
         engine.read()
         engine.redeliver(after=61 * 10**9)
         engine.redeliver(after=121 * 10**9)      # attempt 3 of first.handler succeeds; second.handler runs
-    warnings = [record for record in caplog.records if record.name == "relay.stream.state"]
+    warnings = [record for record in caplog.records if record.name == "relay.stream.invocations"]
     assert len(warnings) == 1 and warnings[0].message_id == message_id
     assert engine.handlers_called()[-2:] == [("orders", "first.handler"), ("orders", "second.handler")]
     assert engine.pending() == 0

@@ -7,7 +7,7 @@ timings by tests/engine/harness.py, does the same with poison entries a dead
 worker left pending, pass after pass.
 """
 
-from relay.stream.entries import TOO_DEEP
+from relay.stream.plans import TOO_DEEP
 from relay.stream.settle import dlq_stream
 from tests.engine.workers import (
     Worker, engine_env, harness_command, namespaced_relay_command, pending, publish, wait_until, write_function,

@@ -9,8 +9,8 @@ import stat
 from relay.functions.document import MAX_NODES
 from relay.gitsync.layout import Layout
 from relay.gitsync.source import make_source, save_source
-from relay.secrets import FileSecretStore
-from relay.state import FAILED, READY, StateReader
+from relay.secrets.store import FileSecretStore
+from relay.view.database import FAILED, READY, StateReader
 from tests.engine.workers import Worker, engine_env, namespaced_relay_command, wait_until, write_function
 from tests.test_hot_reload import publish, remove_images, token  # noqa: F401  (token is a fixture)
 from tests.test_template_limits import alias_bomb

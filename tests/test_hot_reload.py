@@ -11,7 +11,7 @@ import time
 import docker.errors
 import pytest
 
-from relay.state import FAILED, PENDING, READY, SUCCESS, StateReader
+from relay.view.database import FAILED, PENDING, READY, SUCCESS, StateReader
 from tests.engine.workers import (
     Worker, engine_env, harness_command, namespaced_relay_command, pending, wait_until, write_function,
 )

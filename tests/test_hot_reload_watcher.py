@@ -7,7 +7,7 @@ import time
 import gevent
 import pytest
 
-from relay.watcher import Debouncer, Watcher, poll
+from relay.live.watcher import Debouncer, Watcher, poll
 
 
 @pytest.fixture

@@ -8,8 +8,8 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from relay.config import ListenAddress
-from relay.metrics import Metrics
-from relay.metrics_server import MetricsServer
+from relay.metrics.prometheus import Metrics
+from relay.metrics.server import MetricsServer
 from tests.conftest import free_port
 
 

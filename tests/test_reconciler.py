@@ -8,10 +8,10 @@ import gevent
 import pytest
 from gevent.event import Event
 
-from relay.catalog import Catalog
+from relay.live.catalog import Catalog
 from relay.errors import BuildError
-from relay.reconciler import ActiveImages, Reconciler
-from relay.state import FAILED, PENDING, READY, SUCCESS
+from relay.live.reconciler import ActiveImages, Reconciler
+from relay.view.database import FAILED, PENDING, READY, SUCCESS
 
 TEMPLATE = """
 runtime: python3.14
@@ -100,7 +100,7 @@ def test_startup_load_serves_valid_functions_and_skips_the_rest(root, world, cap
     write(root, "no-template", template=None)
     (root / "a-file").write_text("not a function")
     world.builder.failing.add("unbuildable")
-    with caplog.at_level(logging.DEBUG, logger="relay.reconciler"):
+    with caplog.at_level(logging.DEBUG, logger="relay.live.reconciler"):
         assert world.reconciler.load_all() == 5
     assert world.names() == ["good"]
     records = world.reconciler.records
@@ -179,7 +179,7 @@ def test_an_invalid_edit_keeps_the_previous_version_and_is_not_retried_until_it_
     serving = world.image("good")
     (root / "good" / "template.yaml").write_text("runtime: python9\nevents: []\n")
     caplog.clear()
-    with caplog.at_level(logging.ERROR, logger="relay.reconciler"):
+    with caplog.at_level(logging.ERROR, logger="relay.live.reconciler"):
         world.reconciler.reconcile("good")
         world.reconciler.reconcile("good")
     assert [record.getMessage() for record in caplog.records] == [
@@ -209,7 +209,7 @@ def test_a_missing_template_keeps_the_active_version(root, world, caplog):
     serving = world.image("good")
     (root / "good" / "template.yaml").unlink()
     caplog.clear()
-    with caplog.at_level(logging.INFO, logger="relay.reconciler"):
+    with caplog.at_level(logging.INFO, logger="relay.live.reconciler"):
         world.reconciler.reconcile("good")
         world.reconciler.reconcile("good")
     assert world.image("good") == serving and world.reconciler.records["good"].status == READY
@@ -290,7 +290,7 @@ def test_an_unexpected_error_is_a_failed_reconcile_not_a_crash(root, world, capl
 
     reconciler = Reconciler(root, Exploding(), world.catalog, clock=world.clock)
     write(root, "good")
-    with caplog.at_level(logging.ERROR, logger="relay.reconciler"):
+    with caplog.at_level(logging.ERROR, logger="relay.live.reconciler"):
         assert reconciler.load_all() == 1
     assert reconciler.records["good"].last_error == "disk full"
     assert "Preparing the function's image failed unexpectedly" in caplog.text

@@ -6,9 +6,9 @@ from datetime import datetime, timedelta, timezone
 import gevent
 import pytest
 
-from relay.catalog import Catalog
-from relay.metrics import Metrics
-from relay.schedules import Occurrence, Publisher, Scheduler, next_instant, parse_occurrence_id
+from relay.live.catalog import Catalog
+from relay.metrics.prometheus import Metrics
+from relay.stream.schedules import Occurrence, Publisher, Scheduler, next_instant, parse_occurrence_id
 from tests.test_dispatch import STREAM, Engine, function, value
 
 UTC = timezone.utc

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from relay.functions import load_function
-from relay.secrets import (
+from relay.secrets.store import (
     MAX_VALUE_BYTES, SECRETS_DIR, FileSecretStore, SecretError, environment, secret_name_problem,
 )
 

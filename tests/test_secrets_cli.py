@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from relay.secrets import FileSecretStore
+from relay.secrets.store import FileSecretStore
 from tests.conftest import ROOT, base_env
 
 VALUE = "s3cr3t-v4lue-\u00e9\n"  # with a trailing newline, kept as given

@@ -7,7 +7,7 @@ from datetime import datetime, timezone
 
 import pytest
 
-from relay.state import (
+from relay.view.database import (
     EVENT, FAILED, PENDING, READY, SCHEDULE, SUCCESS, Counters, FunctionRecord, HandlerRecord, StateDatabase,
     StateError, StateReader, Stats, rfc3339,
 )

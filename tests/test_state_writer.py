@@ -8,9 +8,9 @@ from datetime import datetime, timezone
 import gevent
 import pytest
 
-from relay.metrics import Metrics
-from relay.state import PENDING, Counters, FunctionRecord, StateDatabase, StateError, StateReader
-from relay.state_writer import StateWriter, previous_functions, stats_snapshot
+from relay.metrics.prometheus import Metrics
+from relay.view.database import PENDING, Counters, FunctionRecord, StateDatabase, StateError, StateReader
+from relay.view.writer import StateWriter, previous_functions, stats_snapshot
 
 T0 = datetime(2026, 9, 8, 12, 0, 0, tzinfo=timezone.utc)
 RECORD = FunctionRecord(name="fn", runtime="python3.14", status=PENDING, updated_at=T0)
@@ -119,7 +119,7 @@ def test_a_slow_write_never_blocks_the_hub():
 def test_the_final_flush_is_bounded(caplog):
     writer = StateWriter(SlowDatabase(1.5), Metrics())
     started = time.monotonic()
-    with caplog.at_level(logging.WARNING, logger="relay.state"):
+    with caplog.at_level(logging.WARNING, logger="relay.view.writer"):
         writer.final_flush(timeout=0.3)
     assert time.monotonic() - started < 1.5
     assert "Final state flush did not finish in time" in caplog.text
@@ -131,7 +131,7 @@ def test_an_unusable_database_is_logged_once_and_retried(tmp_path, caplog):
     database = StateDatabase(blocker / "db.sqlite3")
     writer = StateWriter(database, Metrics(), interval=60)
     writer.functions_changed([RECORD])
-    with caplog.at_level(logging.INFO, logger="relay.state"):
+    with caplog.at_level(logging.INFO, logger="relay.view.writer"):
         writer.flush()
         writer.flush()
         assert caplog.text.count("State database unavailable") == 1

@@ -6,13 +6,13 @@ import time
 import gevent
 import pytest
 
-from relay.catalog import Catalog
+from relay.live.catalog import Catalog
 from relay.errors import TemplateError
 from relay.functions import load_function, parse_template
 from relay.functions.document import MAX_DEPTH, MAX_NODES, MAX_TEMPLATE_BYTES
 from relay.quoting import QUOTE_LIMIT, quote
-from relay.reconciler import Reconciler
-from relay.state import FAILED
+from relay.live.reconciler import Reconciler
+from relay.view.database import FAILED
 from tests.test_reconciler import Builder, write
 
 HEAD = "runtime: python3.14\nevents:\n  - handler: app.handler\n    pattern: {kind: [a]}\n"

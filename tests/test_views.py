@@ -10,11 +10,13 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from relay import views
-from relay.state import (
+from relay.commands import function as function_command
+from relay.commands import stats as stats_command
+from relay.view.database import (
     FAILED, PENDING, READY, SCHEDULE, SUCCESS, Counters, FunctionRecord, HandlerRecord, StateDatabase, Stats,
 )
-from relay.views import age, render_function, render_function_list, render_stats
+from relay.view import report
+from relay.view.report import age, render_function, render_function_list, render_stats
 from tests.conftest import ROOT, base_env
 
 NOW = datetime(2026, 9, 8, 12, 0, 12, tzinfo=timezone.utc)
@@ -208,7 +210,7 @@ Secrets:
 
 
 def test_a_cron_without_a_description_is_shown_raw(monkeypatch):
-    monkeypatch.setattr(views, "describe_cron", lambda expression: None)
+    monkeypatch.setattr(report, "describe_cron", lambda expression: None)
     record = FunctionRecord(name="jobs", runtime="node24", status=PENDING, updated_at=NOW,
                             handlers=(HandlerRecord("jobs.run", "6s", SCHEDULE, "0 3 * * *", "UTC"),))
     assert '  jobs.run                              cron="0 3 * * *" timezone=UTC\n' in render_function(
@@ -216,9 +218,9 @@ def test_a_cron_without_a_description_is_shown_raw(monkeypatch):
 
 
 def test_cron_descriptions_are_24_hour_and_never_fail():
-    assert views.describe_cron("0 15 * * *") == "At 15:00"
-    assert views.describe_cron("not a cron") is None
-    assert views.describe_cron("") is None
+    assert report.describe_cron("0 15 * * *") == "At 15:00"
+    assert report.describe_cron("not a cron") is None
+    assert report.describe_cron("") is None
 
 
 def test_stats_matches_the_reference():
@@ -267,19 +269,19 @@ def write_database(path, stats=None):
 def test_commands_in_process(tmp_path, capsys):
     path = tmp_path / "db.sqlite3"
     write_database(path, Stats(STATS, 1, 2.0, datetime.now(timezone.utc)))
-    assert views.function_command({"ls": True, "<name>": None}, path) == 0
+    assert function_command.run({"ls": True, "<name>": None}, path) == 0
     listing = capsys.readouterr().out
     assert listing.splitlines()[1].startswith("user-events-python    python3.14   ready     3          ")
-    assert views.function_command({"ls": False, "<name>": "user-events-python"}, path) == 0
+    assert function_command.run({"ls": False, "<name>": "user-events-python"}, path) == 0
     assert "  Events processed:    12493\n" in capsys.readouterr().out
-    assert views.stats_command({}, path) == 0
+    assert stats_command.run({}, path) == 0
     assert capsys.readouterr().out.endswith("Updated:             0s ago\n")
 
 
 def test_inspect_of_an_unknown_function_exits_1(tmp_path, capsys):
     path = tmp_path / "db.sqlite3"
     write_database(path)
-    assert views.function_command({"ls": False, "<name>": "nope"}, path) == 1
+    assert function_command.run({"ls": False, "<name>": "nope"}, path) == 1
     captured = capsys.readouterr()
     assert captured.out == ""
     assert captured.err.startswith('relay function inspect: unknown function "nope"')
@@ -289,8 +291,8 @@ def test_inspect_of_an_unknown_function_exits_1(tmp_path, capsys):
 def test_a_broken_database_exits_1_with_the_reason(tmp_path, capsys):
     path = tmp_path / "db.sqlite3"
     path.write_bytes(b"garbage" * 1000)
-    assert views.stats_command({}, path) == 1
-    assert views.function_command({"ls": True, "<name>": None}, path) == 1
+    assert stats_command.run({}, path) == 1
+    assert function_command.run({"ls": True, "<name>": None}, path) == 1
     err = capsys.readouterr().err.splitlines()
     assert err[0].startswith("relay stats: cannot read the state database") and "file is not a database" in err[0]
     assert err[1].startswith("relay function ls: cannot read the state database")

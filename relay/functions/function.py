@@ -16,7 +16,7 @@ from relay.functions.problems import InvalidTemplate, TemplateTooLarge, join
 from relay.functions.template import Template, parse_template
 from relay.links import links_outside
 from relay.names import function_name_problem
-from relay.secrets import WEBHOOK_REFUSAL
+from relay.secrets.store import WEBHOOK_REFUSAL
 
 TEMPLATE_FILE = "template.yaml"
 

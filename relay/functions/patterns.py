@@ -48,7 +48,7 @@ class Pattern:
     *required* maps each top-level field the pattern requires to be one of
     some strings (``table_name: [users, orders]``) to those strings: an event
     whose field is anything else cannot match, which is what the consumer's
-    rule index (relay.stream.rules) relies on.
+    rule index (relay.functions.rules) relies on.
     """
 
     __slots__ = ("_test", "source", "required")

@@ -34,7 +34,7 @@ from relay.gitsync.errors import WebhookBindError
 from relay.gitsync.layout import Layout
 from relay.gitsync.source import load_source
 from relay.http_server import BoundedWSGIServer
-from relay.secrets import FileSecretStore, SecretError
+from relay.secrets.store import FileSecretStore, SecretError
 
 log = logging.getLogger("relay.gitsync")
 

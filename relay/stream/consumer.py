@@ -23,7 +23,7 @@ from gevent.event import Event
 from gevent.pool import Group
 
 from relay.config import DEFAULT_MAX_EVENT_BYTES
-from relay.stream.entries import plan
+from relay.stream.plans import plan_entry
 from relay.stream.group import ensure_group, is_missing_group
 from relay.stream.resilience import Outage
 
@@ -154,7 +154,7 @@ class Consumer:
         for raw_id, fields in entries:
             message_id = raw_id.decode() if isinstance(raw_id, bytes) else raw_id
             if message_id in self.in_flight:
-                log.debug("Reclaimed an entry this worker is still dispatching; skipped",
+                log.debug("Reclaimed an plan this worker is still dispatching; skipped",
                           extra={"message_id": message_id})
                 self.buffer.release()
                 continue
@@ -162,31 +162,31 @@ class Consumer:
                 self.settler.ack([message_id])
                 self.buffer.release()
                 continue
-            entry = plan(message_id, fields, rules, waiting, self.max_event_bytes)
-            events += not entry.scheduled
-            if entry.obsolete:
+            plan = plan_entry(message_id, fields, rules, waiting, self.max_event_bytes)
+            events += not plan.scheduled
+            if plan.obsolete:
                 log.info("Schedule occurrence for a removed function or handler; acknowledged as obsolete",
-                         extra={"message_id": message_id, "event": entry.payload})
+                         extra={"message_id": message_id, "event": plan.payload})
                 self.settler.ack([message_id])
                 self.buffer.release()
-            elif entry.problem:
-                log.warning("Malformed entry; it can never succeed", extra={
-                    "message_id": message_id, "reason": entry.problem})
-                if self.settler.dead_letter(message_id, entry.kept, entry.problem, 0, entry.event_bytes):
+            elif plan.problem:
+                log.warning("Malformed plan; it can never succeed", extra={
+                    "message_id": message_id, "reason": plan.problem})
+                if self.settler.dead_letter(message_id, plan.kept, plan.problem, 0, plan.event_bytes):
                     self.metrics.dlq_entries.inc()
                 self.buffer.release()
-            elif entry.waiting:
+            elif plan.waiting:
                 log.info("Entry matches a function whose image is not built yet; left pending", extra={
-                    "message_id": message_id, "functions": ",".join(entry.waiting)})
+                    "message_id": message_id, "functions": ",".join(plan.waiting)})
                 self.buffer.release()
-            elif not entry.targets:
+            elif not plan.targets:
                 finished.append(message_id)
             else:
-                if not entry.scheduled:
-                    for name in dict.fromkeys(target.active.name for target in entry.targets):
+                if not plan.scheduled:
+                    for name in dict.fromkeys(target.active.name for target in plan.targets):
                         self.metrics.function_events.labels(name).inc()
                 self.in_flight.add(message_id)
-                self.dispatches.spawn(self._dispatch, entry)
+                self.dispatches.spawn(self._dispatch, plan)
         if events:
             self.metrics.events_received.inc(events)
         if finished:
@@ -194,14 +194,14 @@ class Consumer:
                 self.metrics.events_processed.inc(len(finished))
             self.buffer.release(len(finished))
 
-    def _dispatch(self, entry):
+    def _dispatch(self, plan):
         try:
-            self.dispatcher.dispatch(entry)
+            self.dispatcher.dispatch(plan)
         except Exception:
-            log.exception("Dispatch failed unexpectedly; the entry stays pending",
-                          extra={"message_id": entry.message_id})
+            log.exception("Dispatch failed unexpectedly; the plan stays pending",
+                          extra={"message_id": plan.message_id})
         finally:
-            self.in_flight.discard(entry.message_id)
+            self.in_flight.discard(plan.message_id)
             self.buffer.release()
 
     def _trouble(self, error, outage):

@@ -35,17 +35,17 @@ from pathlib import Path
 from gevent.event import Event
 from gevent.pool import Pool
 
-from relay.catalog import ActiveFunction
+from relay.live.catalog import ActiveFunction
 from relay.config import STATE_DIR
 from relay.durations import format_duration
 from relay.errors import BuildError, TemplateError
 from relay.functions import MissingTemplate, fingerprint_directory, function_name_problem, load_function
 from relay.functions.function import TEMPLATE_FILE
-from relay.loading import function_names
-from relay.secrets import webhook_secret_name
-from relay.state import EVENT, FAILED, PENDING, READY, SCHEDULE, SUCCESS, FunctionRecord, HandlerRecord, now
+from relay.live.loading import function_names
+from relay.secrets.store import webhook_secret_name
+from relay.view.database import EVENT, FAILED, PENDING, READY, SCHEDULE, SUCCESS, FunctionRecord, HandlerRecord, now
 
-log = logging.getLogger("relay.reconciler")
+log = logging.getLogger("relay.live.reconciler")
 
 RESCAN_INTERVAL = 30.0  # seconds between periodic passes; fixed, shorter only in tests
 PARALLEL = 2            # functions reconciled (built) at once

@@ -24,7 +24,7 @@ import gevent
 from gevent.event import Event
 from watchdog.utils.dirsnapshot import DirectorySnapshot, DirectorySnapshotDiff, EmptyDirectorySnapshot
 
-log = logging.getLogger("relay.watcher")
+log = logging.getLogger("relay.live.watcher")
 
 POLL_INTERVAL = 0.5   # seconds; well under the debounce so that one burst stays one
 DEBOUNCE = 0.75       # seconds after a function's last change

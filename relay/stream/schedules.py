@@ -22,7 +22,7 @@ from zoneinfo import ZoneInfo
 
 from croniter import croniter
 
-log = logging.getLogger("relay.schedules")
+log = logging.getLogger("relay.stream.schedules")
 
 SOURCE = "relay.schedule"
 SCHEDULE_FIELD = b"schedule"

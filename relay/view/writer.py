@@ -21,9 +21,9 @@ import gevent
 from gevent.event import Event
 from gevent.threadpool import ThreadPool
 
-from relay.state import Counters, StateError, StateReader, Stats, now
+from relay.view.database import Counters, StateError, StateReader, Stats, now
 
-log = logging.getLogger("relay.state")
+log = logging.getLogger("relay.view.writer")
 
 STATS_INTERVAL = 5.0        # seconds; fixed, shorter only in tests
 FINAL_FLUSH_TIMEOUT = 5.0   # seconds the last write may take at shutdown

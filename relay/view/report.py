@@ -1,6 +1,6 @@
-"""``relay function ls``, ``relay function inspect <name>`` and ``relay stats``.
+"""What ``relay function ls``, ``relay function inspect <name>`` and ``relay stats`` print.
 
-They read the state database file and nothing else (no Redis, Docker or
+The commands (relay.commands.function, relay.commands.stats) read the state database file and nothing else (no Redis, Docker or
 /functions), so they work while Relay or Redis is down. Rendering is plain
 functions of records and the current time, so the layouts are tested as
 golden text. Imports stay light: sqlite3, and cron-descriptor only when a
@@ -11,7 +11,7 @@ import sys
 from datetime import datetime, timezone
 
 from relay.durations import SECOND, format_duration
-from relay.state import DB_PATH, StateError, StateReader
+from relay.view.database import StateError
 
 LABEL_WIDTH = 19        # inspect: "Last reconcile:    "
 STATS_LABEL_WIDTH = 21  # stats: "Oldest pending age:  "
@@ -26,39 +26,18 @@ _COUNTER_LABELS = (("Events processed:", "events_processed"), ("Handler successe
                    ("Handler failures:", "handler_failures"), ("Retries:", "retries"), ("DLQ entries:", "dlq_entries"))
 
 
-# --- commands -------------------------------------------------------------------------
+# --- printing -------------------------------------------------------------------------
 
 
-def function_command(args, path=None):
-    reader = StateReader(path or DB_PATH)
-    if args["ls"]:
-        return _run("relay function ls", lambda: render_function_list(reader.functions(), _now()))
-    name = args["<name>"]
-    command = "relay function inspect"
-
-    def inspect():
-        record = reader.function(name)
-        if record is None:
-            raise _Unknown(f'{command}: unknown function "{name}": Relay has not loaded it '
-                           f"(state database {reader.path}; 'relay function ls' lists the loaded functions)")
-        return render_function(record, reader.function_counters(name), _now())
-
-    return _run(command, inspect)
+class UnknownFunction(Exception):
+    """A name the state database has no function for; printed as it is."""
 
 
-def stats_command(args, path=None):
-    reader = StateReader(path or DB_PATH)
-    return _run("relay stats", lambda: render_stats(reader.stats(), _now()))
-
-
-class _Unknown(Exception):
-    pass
-
-
-def _run(command, render):
+def print_report(command, render):
+    """Print what *render* returns; an unknown name or an unreadable database is one line on stderr, exit 1."""
     try:
         text = render()
-    except _Unknown as unknown:
+    except UnknownFunction as unknown:
         print(unknown, file=sys.stderr)
         return 1
     except StateError as error:
@@ -68,7 +47,7 @@ def _run(command, render):
     return 0
 
 
-def _now():
+def now():
     return datetime.now(timezone.utc)
 
 

@@ -9,7 +9,7 @@ they started with.
 from dataclasses import dataclass
 
 from relay.functions import Function
-from relay.stream.rules import Rules
+from relay.functions.rules import Rules
 
 
 @dataclass(frozen=True, eq=False)
@@ -38,7 +38,7 @@ class Catalog:
         return self._snapshot
 
     def rules(self):
-        """The rules of the snapshot, indexed for matching (relay.stream.rules.Rules)."""
+        """The rules of the snapshot, indexed for matching (relay.functions.rules.Rules)."""
         return self._rules
 
     def waiting(self):

@@ -18,7 +18,7 @@ import redis
 from relay.quoting import quote
 from relay.stream import markers
 
-log = logging.getLogger("relay.stream.state")
+log = logging.getLogger("relay.stream.invocations")
 
 WARNED_ENTRIES = 4096   # entries whose unreadable state was logged, remembered to log it once
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 class Target:
     """One matched rule of one function: an invocation to run for the entry."""
 
-    active: object   # relay.catalog.ActiveFunction
+    active: object   # relay.live.catalog.ActiveFunction
     rule: object     # relay.functions.Rule
 
     @property

@@ -1,10 +1,12 @@
-"""Turning a stream entry into a plan: malformed, matching nothing, or these targets.
+"""Planning a stream entry: malformed, matching nothing, or these targets.
 
-Whatever an entry holds, planning it never raises: an event field over
-MAX_EVENT_BYTES is not read at all, an event too deep to decode or nested
-deeper than MAX_EVENT_DEPTH levels goes to no handler, and any other
-exception while decoding or matching makes that one entry malformed. A
-malformed entry is dead-lettered; the batch it came in goes on.
+A Plan is what the consumer, the dispatcher and the settle decision pass
+around for one entry; ``plan_entry`` makes it. Whatever an entry holds,
+planning it never raises: an event field over MAX_EVENT_BYTES is not read
+at all, an event too deep to decode or nested deeper than MAX_EVENT_DEPTH
+levels goes to no handler, and any other exception while decoding or
+matching makes that one entry malformed. A malformed entry is
+dead-lettered; the batch it came in goes on.
 """
 
 import json
@@ -12,9 +14,9 @@ import logging
 from dataclasses import dataclass
 
 from relay.config import DEFAULT_MAX_EVENT_BYTES
-from relay.stream.rules import Target
+from relay.functions.rules import Target
 
-log = logging.getLogger("relay.stream.entries")
+log = logging.getLogger("relay.stream.plans")
 
 EVENT_FIELD = b"event"
 SCHEDULE_FIELD = b"schedule"
@@ -50,8 +52,8 @@ class Plan:
         return _text(self.event.get("event_name")) if self.event else None
 
 
-def plan(message_id, fields, rules, waiting=(), max_event_bytes=DEFAULT_MAX_EVENT_BYTES):
-    """Decode *fields* and match the event against *rules* (a relay.stream.rules.Rules).
+def plan_entry(message_id, fields, rules, waiting=(), max_event_bytes=DEFAULT_MAX_EVENT_BYTES):
+    """Decode *fields* and match the event against *rules* (a relay.functions.rules.Rules).
 
     Targets come in function name order, then rule file order; two matching
     rules with the same handler are both targets. *waiting* are functions
@@ -103,7 +105,7 @@ def _plan(message_id, fields, rules, waiting, max_event_bytes):
 
 def _scheduled(message_id, payload, event, occurrence, snapshot, waiting):
     """A schedule occurrence runs exactly its function's handler; no pattern matching."""
-    from relay.schedules import parse_occurrence_id
+    from relay.stream.schedules import parse_occurrence_id
 
     parsed = parse_occurrence_id(occurrence.decode("utf-8", "replace"))
     if parsed is None:

@@ -10,7 +10,8 @@ import sys
 from relay.errors import RelayError
 
 
-def health_command(args):
+def run(args):
+    """Run ``relay health``; return the exit code."""
     return health()
 
 

@@ -15,7 +15,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from relay.http_server import BoundedWSGIServer
 
-log = logging.getLogger("relay.metrics")
+log = logging.getLogger("relay.metrics.server")
 
 FIRST_RETRY = 1.0
 MAX_RETRY = 30.0

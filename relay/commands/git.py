@@ -13,15 +13,14 @@ from relay.gitsync.files import reason
 from relay.gitsync.layout import Layout
 
 NOTHING_CONFIGURED = "No git source configured."
-SUBCOMMANDS = ("keygen", "set", "sync", "status", "remove")
 
 
 def run(args, layout=None):
     """Run one ``relay git`` command from docopt's *args*; return the exit code."""
     layout = Layout() if layout is None else layout
-    command = next(word for word in SUBCOMMANDS if args[word])
+    command = next(word for word in _SUBCOMMANDS if args[word])
     try:
-        return globals()[f"_{command}"](args, layout)
+        return _SUBCOMMANDS[command](args, layout)
     except GitSyncError as error:
         print(f"relay git {command}: {error}", file=sys.stderr)
     except OSError as error:
@@ -55,7 +54,7 @@ def _set(args, layout):
     if not layout.key.exists():
         print("There is no deploy key yet: run 'relay git keygen' and register its public key first.")
     if source.webhook_secret:
-        from relay.secrets import FileSecretStore
+        from relay.secrets.store import FileSecretStore
 
         if source.webhook_secret not in FileSecretStore(layout.state_dir / "secrets").names():
             print(f"relay git set: warning: secret {source.webhook_secret!r} is not in the secret store yet; "
@@ -146,3 +145,6 @@ def _last_sync_text(record, source):
     if synced != (source.repository, source.ref, source.path):
         text += " (before the source was last changed)"
     return text
+
+
+_SUBCOMMANDS = {"keygen": _keygen, "set": _set, "sync": _sync, "status": _status, "remove": _remove}

@@ -1,0 +1,26 @@
+"""``relay function ls`` and ``relay function inspect <name>``: the loaded functions, from the state database.
+
+They read the state database file and nothing else, so they work while
+Relay or Redis is down.
+"""
+
+from relay.view.database import DB_PATH, StateReader
+from relay.view.report import UnknownFunction, now, print_report, render_function, render_function_list
+
+
+def run(args, path=None):
+    """Run ``relay function ls | inspect <name>`` from docopt's *args*; return the exit code."""
+    reader = StateReader(path or DB_PATH)
+    if args["ls"]:
+        return print_report("relay function ls", lambda: render_function_list(reader.functions(), now()))
+    name = args["<name>"]
+    command = "relay function inspect"
+
+    def inspect():
+        record = reader.function(name)
+        if record is None:
+            raise UnknownFunction(f'{command}: unknown function "{name}": Relay has not loaded it '
+                                  f"(state database {reader.path}; 'relay function ls' lists the loaded functions)")
+        return render_function(record, reader.function_counters(name), now())
+
+    return print_report(command, inspect)

@@ -1,0 +1,10 @@
+"""``relay stats``: the latest operational statistics, from the state database."""
+
+from relay.view.database import DB_PATH, StateReader
+from relay.view.report import now, print_report, render_stats
+
+
+def run(args, path=None):
+    """Run ``relay stats``; return the exit code."""
+    reader = StateReader(path or DB_PATH)
+    return print_report("relay stats", lambda: render_stats(reader.stats(), now()))
