@@ -1,1 +1,1 @@
-
+"""Metrics: the Prometheus registry and the endpoint that serves it."""

@@ -1,1 +1,1 @@
-
+"""Secrets: the local store handlers get their secret environment from."""
