@@ -154,7 +154,7 @@ class Consumer:
         for raw_id, fields in entries:
             message_id = raw_id.decode() if isinstance(raw_id, bytes) else raw_id
             if message_id in self.in_flight:
-                log.debug("Reclaimed an plan this worker is still dispatching; skipped",
+                log.debug("Reclaimed an entry this worker is still dispatching; skipped",
                           extra={"message_id": message_id})
                 self.buffer.release()
                 continue
@@ -170,7 +170,7 @@ class Consumer:
                 self.settler.ack([message_id])
                 self.buffer.release()
             elif plan.problem:
-                log.warning("Malformed plan; it can never succeed", extra={
+                log.warning("Malformed entry; it can never succeed", extra={
                     "message_id": message_id, "reason": plan.problem})
                 if self.settler.dead_letter(message_id, plan.kept, plan.problem, 0, plan.event_bytes):
                     self.metrics.dlq_entries.inc()
@@ -198,7 +198,7 @@ class Consumer:
         try:
             self.dispatcher.dispatch(plan)
         except Exception:
-            log.exception("Dispatch failed unexpectedly; the plan stays pending",
+            log.exception("Dispatch failed unexpectedly; the entry stays pending",
                           extra={"message_id": plan.message_id})
         finally:
             self.in_flight.discard(plan.message_id)
