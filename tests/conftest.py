@@ -12,6 +12,18 @@ from tests.support.gitserver import git_server  # noqa: F401  (a fixture, reques
 from tests.support.redis_server import RedisServer
 from tests.support.relay_process import ROOT
 
+# A test that asks for one of these, directly or through another fixture,
+# needs a real service or build: it is marked integration.
+INTEGRATION_FIXTURES = frozenset({"redis_server", "docker_engine", "pyz", "git_server"})
+
+
+def pytest_collection_modifyitems(items):
+    """Mark integration every test whose fixture closure holds an INTEGRATION_FIXTURES
+    member; modules that start Relay or other processes themselves mark their own."""
+    for item in items:
+        if INTEGRATION_FIXTURES.intersection(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.integration)
+
 
 @pytest.fixture(scope="session")
 def redis_server(tmp_path_factory):

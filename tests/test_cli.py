@@ -9,6 +9,9 @@ from relay import __version__
 from relay.cli import COMMANDS
 from tests.support.relay_process import ROOT, run_relay
 
+# Every test runs Relay as a process (python -m relay): no fixture says so, hence the mark.
+pytestmark = pytest.mark.integration
+
 # The secret and git commands' own tests (tests/test_secrets_cli.py, tests/test_gitsync_cli.py) run
 # them against a private /var/lib/relay, including this file's check that they import nothing heavy.
 # The state views have their own tests (tests/test_views.py); here only their imports are checked.

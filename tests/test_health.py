@@ -5,6 +5,9 @@ import pytest
 from tests.support.redis_server import RedisServer, free_port
 from tests.support.relay_process import base_env, run_relay
 
+# Every test runs relay health as a process, most against Redis: no fixture says so, hence the mark.
+pytestmark = pytest.mark.integration
+
 
 def test_healthy(redis_server, docker_engine):
     result = run_relay("health", env=base_env(REDIS_URI=redis_server.address))

@@ -14,6 +14,9 @@ from relay.secrets.store import FileSecretStore
 from tests.support.commands import relay_secret, secret_command
 from tests.support.relay_process import ROOT, base_env
 
+# Every test runs relay secret as a process in a private mount namespace: no fixture says so, hence the mark.
+pytestmark = pytest.mark.integration
+
 VALUE = "s3cr3t-v4lue-\u00e9\n"  # with a trailing newline, kept as given
 
 

@@ -80,6 +80,7 @@ def test_a_broken_git_source_names_no_webhook_secret(state):
     assert FileSecretStore(state / "secrets").webhook_secret() is None
 
 
+@pytest.mark.integration  # runs Relay as a process
 def test_secret_ls_marks_the_webhook_secret(state):
     store = FileSecretStore(state / "secrets")
     for name in ("api-token", "github-webhook"):
@@ -90,6 +91,7 @@ def test_secret_ls_marks_the_webhook_secret(state):
     assert result.stdout == "NAME\napi-token\ngithub-webhook  (webhook secret: never handed to a function)\n"
 
 
+@pytest.mark.integration  # runs Relay as a process
 def test_an_existing_secrets_directory_is_narrowed_to_0700_by_the_secret_commands(state):
     FileSecretStore(state / "secrets").set("api-token", b"value")
     os.chmod(state / "secrets", 0o755)

@@ -13,6 +13,9 @@ from tests.support.redis_server import free_port
 from tests.support.relay_process import ROOT, RelayProcess, base_env, relay_command
 from tests.support.workers import wait_until, with_private_paths, write_function
 
+# Every test runs relay start as a process: no fixture says so, hence the mark.
+pytestmark = pytest.mark.integration
+
 STREAM, GROUP = "events", "relay"
 
 

@@ -303,6 +303,7 @@ def test_a_broken_database_exits_1_with_the_reason(tmp_path, capsys):
     assert err[1].startswith("relay function ls: cannot read the state database")
 
 
+@pytest.mark.integration  # runs Relay as a process
 def test_the_real_commands_read_the_fixed_path_with_relay_and_redis_down(tmp_path):
     state = tmp_path / "state"
     state.mkdir()
