@@ -37,9 +37,9 @@ import sys
 import tempfile
 import time
 import zipfile
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping
 
 REPO = Path(__file__).resolve().parent
 PACKAGE = REPO / "relay"
@@ -298,7 +298,7 @@ def render_bootstrap(source: str, build_id: str,
                      targets: Mapping[str, tuple[int, int] | None]) -> str:
     listed = ", ".join(f"{tag!r}: {glibc!r}" for tag, glibc in targets.items())
     source = substitute(source, "BUILD_ID", repr(build_id))
-    return substitute(source, "TARGETS", "{%s}" % listed)
+    return substitute(source, "TARGETS", f"{{{listed}}}")
 
 
 def substitute(source: str, name: str, value: str) -> str:

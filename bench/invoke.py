@@ -37,6 +37,7 @@ import gevent  # noqa: E402
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import report  # noqa: E402
+
 from relay.durations import SECOND  # noqa: E402
 from relay.functions import load_function  # noqa: E402
 from relay.runtime.containers import USER, host_config  # noqa: E402

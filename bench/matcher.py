@@ -22,16 +22,17 @@ import json
 import random
 import sys
 import time
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import report  # noqa: E402
-from relay.durations import parse_duration  # noqa: E402
-from relay.live.catalog import ActiveFunction  # noqa: E402
-from relay.functions import Function, compile_pattern, parse_template  # noqa: E402
-from relay.functions.rules import Rules  # noqa: E402
+import report
+
+from relay.durations import parse_duration
+from relay.functions import Function, compile_pattern, parse_template
+from relay.functions.rules import Rules
+from relay.live.catalog import ActiveFunction
 
 TABLES = ["users", "orders", "payments", "invoices", "shipments", "carts", "reviews", "coupons", "refunds", "tickets"]
 OPERATORS = {"equals", "prefix", "suffix", "exists", "gt", "gte", "lt", "lte"}
@@ -66,7 +67,7 @@ def functions(patterns):
 
 def events(count, seed=7):
     generator = random.Random(seed)
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     produced = []
     for number in range(count):
         table = generator.choice(TABLES)
@@ -147,7 +148,7 @@ def _operator(name, operand, value):
             return False
         offset = operand[5:]
         delta = timedelta(microseconds=parse_duration(offset) / 1000) if offset else timedelta(0)
-        return _compare(name, instant, datetime.now(timezone.utc) + delta)
+        return _compare(name, instant, datetime.now(UTC) + delta)
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return False
     return _compare(name, value, operand)

@@ -36,7 +36,7 @@ import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import report  # bench/report.py: bench/ is sys.path[0] when this file runs as a script
@@ -320,8 +320,9 @@ def main(argv=None):
     parser.add_argument("--readme", default=str(README), help=argparse.SUPPRESS)
     options = parser.parse_args(argv)
 
-    command = shlex.join([display_path(sys.executable), "bench/run_all.py", *(argv if argv is not None else sys.argv[1:])])
-    started = datetime.now(timezone.utc)
+    arguments = argv if argv is not None else sys.argv[1:]
+    command = shlex.join([display_path(sys.executable), "bench/run_all.py", *arguments])
+    started = datetime.now(UTC)
     began = time.perf_counter()
     load_before = load_average()
     code_before = code_version()

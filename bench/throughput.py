@@ -45,8 +45,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 import report  # noqa: E402
-from relay.live.catalog import Catalog  # noqa: E402
+
 from relay.functions import load_function  # noqa: E402
+from relay.live.catalog import Catalog  # noqa: E402
 from relay.metrics.prometheus import Metrics  # noqa: E402
 from relay.stream.consumer import Buffer, Consumer  # noqa: E402
 from relay.stream.group import ensure_group  # noqa: E402
@@ -162,8 +163,8 @@ def matched_loop(client, docker_client, image, count, concurrency):
     from relay.runtime.executor import Executor
     from relay.runtime.leases import ImageLeases
     from relay.stream.dispatcher import Dispatcher
-    from relay.stream.slots import Slots
     from relay.stream.invocations import InvocationStore
+    from relay.stream.slots import Slots
 
     function = load_function(Path(image.directory))
     metrics = Metrics()

@@ -1,68 +1,28 @@
-"""Shared fixtures: a real redis-server per test session, the Docker engine, and
-a way to run Relay as a subprocess exactly as an operator would."""
+"""Shared fixtures: a real redis-server per test session, the Docker engine,
+relay.pyz, the git server, and the Relay processes a test starts. The helpers
+behind them live in tests/support/."""
 
-import os
-import shutil
-import socket
+import secrets
 import subprocess
 import sys
-import time
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+from tests.support.gitserver import git_server  # noqa: F401  (a fixture, requested by name)
+from tests.support.redis_server import RedisServer
+from tests.support.relay_process import ROOT
+
+# A test that asks for one of these, directly or through another fixture,
+# needs a real service or build: it is marked integration.
+INTEGRATION_FIXTURES = frozenset({"redis_server", "docker_engine", "pyz", "git_server"})
 
 
-def free_port():
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-class RedisServer:
-    """A throw-away redis-server on a free loopback port."""
-
-    def __init__(self, directory, port=None, password=None):
-        self.directory = Path(directory)
-        self.port = port or free_port()
-        self.password = password
-        self.extra_args = []
-        self.process = None
-
-    @property
-    def address(self):
-        return f"127.0.0.1:{self.port}"
-
-    def start(self):
-        binary = shutil.which("redis-server")
-        if binary is None:
-            pytest.fail("redis-server is not installed: run scripts/setup (the README's test command does)")
-        args = [binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
-                "--appendonly", "no", "--dir", str(self.directory)]
-        if self.password:
-            args += ["--requirepass", self.password]
-        args += self.extra_args
-        self.process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
-            try:
-                socket.create_connection(("127.0.0.1", self.port), timeout=0.2).close()
-                return self
-            except OSError:
-                time.sleep(0.02)
-        self.stop()
-        pytest.fail(f"redis-server did not start on port {self.port}")
-
-    def stop(self):
-        if self.process and self.process.poll() is None:
-            self.process.terminate()
-            self.process.wait(10)
-
-    def client(self):
-        import redis
-
-        return redis.Redis(host="127.0.0.1", port=self.port, password=self.password)
+def pytest_collection_modifyitems(items):
+    """Mark integration every test whose fixture closure holds an INTEGRATION_FIXTURES
+    member; modules that start Relay or other processes themselves mark their own."""
+    for item in items:
+        if INTEGRATION_FIXTURES.intersection(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.integration)
 
 
 @pytest.fixture(scope="session")
@@ -97,7 +57,7 @@ def docker_engine():
 @pytest.fixture
 def created(docker_engine):
     """Image tags a test makes; removed afterwards."""
-    from tests.runtime_helpers import remove_images
+    from tests.support.runtime import remove_images
 
     tags = []
     yield tags
@@ -105,36 +65,18 @@ def created(docker_engine):
 
 
 @pytest.fixture
+def token():
+    """A short random suffix for the names of the functions and images a test makes."""
+    return secrets.token_hex(3)
+
+
+@pytest.fixture
 def workers():
-    """Relay processes a test starts (tests.engine.workers.Worker); killed afterwards."""
+    """Relay processes a test starts (tests.support.workers.Worker); killed afterwards."""
     started = []
     yield started
     for worker in started:
         worker.kill()
-
-
-def base_env(**overrides):
-    """The environment of a Relay subprocess: this one minus Relay's own variables."""
-    env = {key: value for key, value in os.environ.items()
-           if key not in RELAY_VARIABLES and not key.startswith("DOCKER_")}
-    env.update({key: value for key, value in overrides.items() if value is not None})
-    return env
-
-
-RELAY_VARIABLES = (
-    "REDIS_URI", "REDIS_STREAM", "REDIS_GROUP", "REDIS_STREAM_RETENTION", "METRICS_ADDR",
-    "GIT_WEBHOOK_ADDR", "LOG_LEVEL", "MAX_CONCURRENCY", "MAX_BUFFERED_EVENTS",
-    "MAX_EVENT_BYTES",
-)
-
-
-def relay_command(*args):
-    return [sys.executable, "-m", "relay", *args]
-
-
-def run_relay(*args, env=None, timeout=60, input=None):
-    return subprocess.run(relay_command(*args), cwd=ROOT, env=env or base_env(), capture_output=True,
-                          text=True, timeout=timeout, input=input)
 
 
 @pytest.fixture(scope="session")

@@ -23,9 +23,9 @@ import uuid
 
 import pytest
 
-from tests.conftest import ROOT, base_env
-from tests.engine.workers import pending, publish, with_private_paths
-from tests.pyz_helpers import CACHE_VARIABLES, build_id, extraction_dirs, find_python
+from tests.support.relay_process import ROOT, base_env
+from tests.support.workers import pending, publish, with_private_paths
+from tests.support.zipapps import CACHE_VARIABLES, build_id, extraction_dirs, find_python
 
 VERSION = re.search(r'__version__ = "(.+)"', (ROOT / "relay" / "__init__.py").read_text())[1]
 SOCKET = "/var/run/docker.sock"

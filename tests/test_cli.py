@@ -7,7 +7,10 @@ import pytest
 
 from relay import __version__
 from relay.cli import COMMANDS
-from tests.conftest import ROOT, run_relay
+from tests.support.relay_process import ROOT, run_relay
+
+# Every test runs Relay as a process (python -m relay): no fixture says so, hence the mark.
+pytestmark = pytest.mark.integration
 
 # The secret and git commands' own tests (tests/test_secrets_cli.py, tests/test_gitsync_cli.py) run
 # them against a private /var/lib/relay, including this file's check that they import nothing heavy.

@@ -5,8 +5,14 @@ import dataclasses
 import pytest
 
 from relay.config import (
-    DEFAULT_MAX_BUFFERED_EVENTS, DEFAULT_MAX_CONCURRENCY, DEFAULT_MAX_EVENT_BYTES, ListenAddress, RedisSettings,
-    load_config, load_docker_env, parse_redis_uri,
+    DEFAULT_MAX_BUFFERED_EVENTS,
+    DEFAULT_MAX_CONCURRENCY,
+    DEFAULT_MAX_EVENT_BYTES,
+    ListenAddress,
+    RedisSettings,
+    load_config,
+    load_docker_env,
+    parse_redis_uri,
 )
 from relay.durations import HOUR, MINUTE, SECOND
 from relay.errors import ConfigError, RelayError

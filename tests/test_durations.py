@@ -3,8 +3,15 @@
 import pytest
 
 from relay.durations import (
-    HOUR, MICROSECOND, MILLISECOND, MINUTE, NANOSECOND, SECOND, DurationError,
-    format_duration, parse_duration,
+    HOUR,
+    MICROSECOND,
+    MILLISECOND,
+    MINUTE,
+    NANOSECOND,
+    SECOND,
+    DurationError,
+    format_duration,
+    parse_duration,
 )
 
 ACCEPTED = [

@@ -13,9 +13,16 @@ from relay.durations import HOUR, MINUTE, SECOND
 from relay.stream import markers
 from relay.stream.retention import Retention, trim_interval
 from relay.stream.settle import dlq_stream
-from tests.conftest import RedisServer
-from tests.engine.workers import (
-    Worker, engine_env, harness_command, namespaced_relay_command, pending, publish, wait_until, write_function,
+from tests.support.redis_server import RedisServer
+from tests.support.workers import (
+    Worker,
+    engine_env,
+    harness_command,
+    namespaced_relay_command,
+    pending,
+    publish,
+    wait_until,
+    write_function,
 )
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "functions"

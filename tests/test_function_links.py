@@ -18,8 +18,8 @@ from relay.functions import load_function
 from relay.links import leads_outside, links_outside
 from relay.runtime.recipes import dependency_recipe
 from relay.runtime.registry import RUNTIMES
-from tests.engine.workers import Worker, engine_env, namespaced_relay_command, publish, wait_until, write_function
-from tests.test_views import view_command
+from tests.support.commands import view_command
+from tests.support.workers import Worker, engine_env, namespaced_relay_command, publish, wait_until, write_function
 
 TEMPLATE = "runtime: python3.14\nevents:\n  - handler: app.handler\n    pattern: {kind: [%s]}\n"
 SOURCE = "def handler(event):\n    print('linked handler ran n=' + str(event['n']), flush=True)\n"

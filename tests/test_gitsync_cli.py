@@ -14,9 +14,9 @@ import sys
 
 import pytest
 
-from tests.conftest import ROOT, base_env
-from tests.engine.workers import with_private_paths
-from tests.gitserver import Symlink, git, git_server, relay_git, relay_git_command  # noqa: F401 (fixture)
+from tests.support.gitserver import Symlink, git, relay_git, relay_git_command
+from tests.support.relay_process import ROOT, base_env
+from tests.support.workers import with_private_paths
 
 TEMPLATE = "runtime: python3.14\nevents:\n  - handler: app.handle\n    pattern: {kind: [%s]}\n"
 

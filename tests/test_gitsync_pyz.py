@@ -8,9 +8,8 @@ PYTHONPATH (relay.gitsync.sync_process), which is reproduced here.
 import shutil
 import subprocess
 
-from tests.conftest import base_env
-from tests.engine.workers import with_private_paths
-from tests.gitserver import git_server  # noqa: F401 (fixture)
+from tests.support.relay_process import base_env
+from tests.support.workers import with_private_paths
 
 TEMPLATE = "runtime: python3.14\nevents:\n  - handler: app.handle\n    pattern: {kind: [x]}\n"
 

@@ -24,7 +24,7 @@ from relay.gitsync.layout import Layout
 from relay.gitsync.source import make_source, save_source
 from relay.gitsync.webhook import webhook_service
 from relay.secrets.store import FileSecretStore
-from tests.conftest import free_port
+from tests.support.redis_server import free_port
 
 REPOSITORY = "git@github.com:acme/functions.git"
 SECRET = "webhook-s3cret-value"

@@ -12,13 +12,12 @@ import time
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 
-
 from relay.gitsync.layout import Layout
 from relay.gitsync.source import make_source, save_source
 from relay.secrets.store import FileSecretStore
-from tests.conftest import free_port
-from tests.engine.workers import Worker, engine_env, namespaced_relay_command, wait_until
-from tests.gitserver import git_server, relay_git  # noqa: F401 (fixture)
+from tests.support.gitserver import relay_git
+from tests.support.redis_server import free_port
+from tests.support.workers import Worker, engine_env, namespaced_relay_command, wait_until
 
 SECRET = "e2e-webhook-secret"
 TEMPLATE = "runtime: python3.14\nevents:\n  - handler: app.handle\n    pattern: {kind: [%s]}\n"

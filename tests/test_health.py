@@ -2,7 +2,11 @@
 
 import pytest
 
-from tests.conftest import RedisServer, base_env, free_port, run_relay
+from tests.support.redis_server import RedisServer, free_port
+from tests.support.relay_process import base_env, run_relay
+
+# Every test runs relay health as a process, most against Redis: no fixture says so, hence the mark.
+pytestmark = pytest.mark.integration
 
 
 def test_healthy(redis_server, docker_engine):

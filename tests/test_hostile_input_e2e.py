@@ -3,14 +3,21 @@
 ``relay start`` reads an event nested 1,000 levels deep, a 2 MiB event and
 one that is not UTF-8, dead-letters each with its reason, and goes on to run
 the handler for the events after them. The reclaimer, run with short test
-timings by tests/engine/harness.py, does the same with poison entries a dead
+timings by tests/support/harness.py, does the same with poison entries a dead
 worker left pending, pass after pass.
 """
 
 from relay.stream.plans import TOO_DEEP
 from relay.stream.settle import dlq_stream
-from tests.engine.workers import (
-    Worker, engine_env, harness_command, namespaced_relay_command, pending, publish, wait_until, write_function,
+from tests.support.workers import (
+    Worker,
+    engine_env,
+    harness_command,
+    namespaced_relay_command,
+    pending,
+    publish,
+    wait_until,
+    write_function,
 )
 
 NESTED = "[" * 1000 + "]" * 1000

@@ -11,9 +11,9 @@ from relay.gitsync.layout import Layout
 from relay.gitsync.source import make_source, save_source
 from relay.secrets.store import FileSecretStore
 from relay.view.database import FAILED, READY, StateReader
-from tests.engine.workers import Worker, engine_env, namespaced_relay_command, wait_until, write_function
-from tests.test_hot_reload import publish, remove_images, token  # noqa: F401  (token is a fixture)
-from tests.test_template_limits import alias_bomb
+from tests.support.hot_reload import publish, remove_images
+from tests.support.templates import alias_bomb
+from tests.support.workers import Worker, engine_env, namespaced_relay_command, wait_until, write_function
 
 SOURCE = 'def handler(event):\n    print("{name} v1 n=" + str(event["n"]), flush=True)\n'
 TEMPLATE = """runtime: python3.14

@@ -2,20 +2,24 @@
 real Docker builds and containers), and what ``relay function`` and ``relay stats``
 say about it afterwards."""
 
-import json
 import re
-import secrets
 import shutil
 import time
 
-import docker.errors
 import pytest
 
 from relay.view.database import FAILED, PENDING, READY, SUCCESS, StateReader
-from tests.engine.workers import (
-    Worker, engine_env, harness_command, namespaced_relay_command, pending, wait_until, write_function,
+from tests.support.commands import view_command
+from tests.support.hot_reload import publish, remove_images
+from tests.support.workers import (
+    Worker,
+    engine_env,
+    harness_command,
+    namespaced_relay_command,
+    pending,
+    wait_until,
+    write_function,
 )
-from tests.test_views import view_command
 
 SOURCE = 'def handler(event):\n    print("{name} {version} n=" + str(event["n"]), flush=True)\n'
 TEMPLATE = """
@@ -34,10 +38,6 @@ def save(root, name, version):
     (root / name / "app.py").write_text(SOURCE.format(name=name, version=version))
 
 
-def publish(client, name, number):
-    return client.xadd("events", {"event": json.dumps({"kind": name, "n": number})}).decode()
-
-
 def count(worker, message, name):
     return sum(1 for line in worker.stderr.splitlines() if f'msg="{message}"' in line and f"function={name} " in
                line + " ")
@@ -45,21 +45,6 @@ def count(worker, message, name):
 
 def tags(docker_engine, name):
     return sorted(tag for image in docker_engine.images.list(name=f"relay-fn-{name}") for tag in image.tags)
-
-
-def remove_images(docker_engine, token):
-    for image in docker_engine.api.images(name="relay-fn-*"):
-        for tag in image.get("RepoTags") or ():
-            if f"-{token}:" in tag:
-                try:
-                    docker_engine.api.remove_image(tag)
-                except docker.errors.APIError:
-                    pass
-
-
-@pytest.fixture
-def token():
-    return secrets.token_hex(3)
 
 
 @pytest.fixture

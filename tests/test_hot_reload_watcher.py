@@ -36,7 +36,7 @@ def test_edits_anywhere_below_a_function_name_that_function(root):
 
 
 def test_new_removed_and_renamed_functions(root):
-    assert changes(root, lambda: (root / "gamma").mkdir()) == ["gamma"]
+    assert changes(root, (root / "gamma").mkdir) == ["gamma"]
     assert changes(root, lambda: shutil.rmtree(root / "alpha")) == ["alpha"]
     assert changes(root, lambda: (root / "beta").rename(root / "delta")) == ["beta", "delta"]
 

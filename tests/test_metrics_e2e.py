@@ -4,11 +4,10 @@ import json
 import time
 import urllib.request
 
-import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.conftest import free_port
-from tests.engine.workers import Worker, engine_env, harness_command, namespaced_relay_command, write_function
+from tests.support.redis_server import free_port
+from tests.support.workers import Worker, engine_env, harness_command, namespaced_relay_command, write_function
 
 COUNTERS = {
     "events_received": (), "events_processed": (), "handler_success": (), "handler_failure": (), "retries": (),
@@ -67,7 +66,7 @@ events:
     finally:
         worker.stop()
 
-    for name, labels in COUNTERS.items():
+    for name in COUNTERS:
         assert families[name].type == "counter", name
     for name in HISTOGRAMS:
         assert families[name].type == "histogram", name

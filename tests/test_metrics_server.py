@@ -10,7 +10,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from relay.config import ListenAddress
 from relay.metrics.prometheus import Metrics
 from relay.metrics.server import MetricsServer
-from tests.conftest import free_port
+from tests.support.redis_server import free_port
 
 
 def scrape(port):

@@ -1,7 +1,7 @@
 """The pattern compiler: every operator, the algebra, and 'never raises'."""
 
 import json
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 from hypothesis import given, settings
@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from relay.errors import TemplateError
 from relay.functions import compile_pattern
 
-NOW = datetime(2026, 9, 13, 12, 0, 0, tzinfo=timezone.utc)
+NOW = datetime(2026, 9, 13, 12, 0, 0, tzinfo=UTC)
 
 
 def matches(pattern, event, now=NOW):
@@ -132,8 +132,8 @@ def test_semantics(pattern, event, expected):
 
 def test_now_defaults_to_the_time_of_the_call():
     pattern = compile_pattern({"t": {"gt": "now()-5m"}})
-    recent = (datetime.now(timezone.utc) - timedelta(minutes=1)).isoformat()
-    old = (datetime.now(timezone.utc) - timedelta(minutes=6)).isoformat()
+    recent = (datetime.now(UTC) - timedelta(minutes=1)).isoformat()
+    old = (datetime.now(UTC) - timedelta(minutes=6)).isoformat()
     assert pattern.matches({"t": recent}) and not pattern.matches({"t": old})
 
 
@@ -145,7 +145,7 @@ def test_timestamps_are_read_to_the_nanosecond_at_any_offset(moment, offset_minu
     from relay.functions.patterns import _instant
 
     aware = moment.replace(tzinfo=timezone(timedelta(minutes=offset_minutes)))
-    expected = (aware - datetime(1970, 1, 1, tzinfo=timezone.utc)) // timedelta(microseconds=1) * 1000
+    expected = (aware - datetime(1970, 1, 1, tzinfo=UTC)) // timedelta(microseconds=1) * 1000
     assert _instant(aware.isoformat()) == expected
     assert _instant(aware.replace(tzinfo=None).isoformat(timespec="seconds") + "Z") == (
         expected - moment.microsecond * 1000 + offset_minutes * 60 * 1_000_000_000)
@@ -184,7 +184,8 @@ REJECTED = [
     ({"a": {"exists": 1}}, "pattern.a.exists: must be true or false, not 1"),
     ({"a": {"exists": None}}, "pattern.a.exists: must be true or false, not None"),
     ({"a": {"exists": [True]}}, "pattern.a.exists: must be true or false, not [True]"),
-    ({"a": {"gt": "2026-09-12T10:00:00Z"}}, "pattern.a.gt: '2026-09-12T10:00:00Z' is neither a number nor a now() expression"),
+    ({"a": {"gt": "2026-09-12T10:00:00Z"}},
+     "pattern.a.gt: '2026-09-12T10:00:00Z' is neither a number nor a now() expression"),
     ({"a": {"gt": "now"}}, "pattern.a.gt: 'now' is not a now() expression"),
     ({"a": {"gt": "now-5m"}}, "pattern.a.gt: 'now-5m' is not a now() expression"),
     ({"a": {"lt": "now()-5d"}}, "pattern.a.lt: 'now()-5d': unknown unit 'd'"),

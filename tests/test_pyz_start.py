@@ -1,15 +1,14 @@
 """The built relay.pyz running ``start``: gevent patches first, cold and warm."""
 
 import signal
-import subprocess
-import sys
 
 import pytest
 
-from tests.conftest import base_env
-from tests.engine.workers import with_private_paths
-from tests.pyz_helpers import find_python
-from tests.test_start import GROUP, STREAM, RelayProcess
+from tests.support.relay_process import RelayProcess, base_env
+from tests.support.workers import with_private_paths
+from tests.support.zipapps import find_python
+
+STREAM, GROUP = "events", "relay"
 
 
 @pytest.mark.parametrize("version", ["3.11", "3.12", "3.13"])

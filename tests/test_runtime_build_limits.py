@@ -16,11 +16,11 @@ import pytest
 from relay.errors import BuildError
 from relay.functions import load_function
 from relay.runtime import images as images_module
-from relay.runtime.images import BUILD_MEMORY_BYTES, TAIL_BYTES, ImageBuilder
 from relay.runtime.build_limits import Tail
+from relay.runtime.images import BUILD_MEMORY_BYTES, TAIL_BYTES, ImageBuilder
 from relay.runtime.recipes import FINGERPRINT_LABEL, RECIPE_LABEL, dependency_recipe, function_recipe
 from relay.runtime.registry import RUNTIMES, Installer
-from tests.runtime_helpers import BuildSpy, image_exists, token, wait_until, write_function
+from tests.support.runtime import BuildSpy, image_exists, token, wait_until, write_function
 
 PYTHON = RUNTIMES["python3.14"]
 

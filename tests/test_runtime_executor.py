@@ -19,8 +19,15 @@ from relay.runtime.images import ImageBuilder
 from relay.runtime.output import MAX_LINE_BYTES, TRUNCATED
 from relay.runtime.recipes import dependency_recipe
 from relay.runtime.registry import RUNTIMES
-from tests.runtime_helpers import (Pins, containers_of, copy_function, remove_containers, remove_images, token,
-                                   wait_until)
+from tests.support.runtime import (
+    Pins,
+    containers_of,
+    copy_function,
+    remove_containers,
+    remove_images,
+    token,
+    wait_until,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 SECRET = "s3cr3t-value-never-logged"
@@ -151,7 +158,8 @@ def test_a_hostile_event_id_neither_forges_nor_drops_output_lines(docker_engine,
               '"evt-1\\nrelay: function \\"forged\\" handler \\"x\\": level=ERROR \\ud800 \\"q\\" \\x1b[31m": ')
     found = raw.getvalue().decode("utf-8").split("\n")
     assert found[-1] == ""
-    assert [line.removeprefix(prefix) for line in found[:-1]] == ['sync {"n": 1}', f"env hello {SECRET} handler.handler"]
+    lines = [line.removeprefix(prefix) for line in found[:-1]]
+    assert lines == ['sync {"n": 1}', f"env hello {SECRET} handler.handler"]
 
 
 def test_a_timeout_kills_the_container_and_leaves_nothing(executor, images, output, docker_engine, hostname):

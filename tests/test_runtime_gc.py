@@ -15,8 +15,16 @@ from relay.runtime.executor import Executor, Invocation
 from relay.runtime.image_gc import collect_garbage, retire_image
 from relay.runtime.images import ImageBuilder
 from relay.runtime.leases import ImageLeases
-from tests.runtime_helpers import (Pins, containers_of, function_tags, image_exists, remove_images, token,
-                                   wait_until, write_function)
+from tests.support.runtime import (
+    Pins,
+    containers_of,
+    function_tags,
+    image_exists,
+    remove_images,
+    token,
+    wait_until,
+    write_function,
+)
 
 A1, A2, A3 = "relay-fn-a:" + "1" * 16, "relay-fn-a:" + "2" * 16, "relay-fn-a:" + "3" * 16
 B1 = "relay-fn-b:" + "4" * 16

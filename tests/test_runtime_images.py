@@ -16,7 +16,7 @@ from relay.runtime import images as images_module
 from relay.runtime.images import ImageBuilder
 from relay.runtime.recipes import RECIPE_LABEL, dependency_recipe
 from relay.runtime.registry import RUNTIMES
-from tests.runtime_helpers import BuildSpy, Pins, image_exists, token, write_function
+from tests.support.runtime import BuildSpy, Pins, image_exists, token, write_function
 
 PYTHON = RUNTIMES["python3.14"]
 ROOT = Path(__file__).resolve().parent.parent

@@ -14,7 +14,7 @@ from relay.errors import TemplateError
 from relay.functions import load_function
 from relay.runtime.executor import Executor, Invocation
 from relay.runtime.images import ImageBuilder
-from tests.engine.workers import Worker, engine_env, namespaced_relay_command, publish, wait_until, write_function
+from tests.support.workers import Worker, engine_env, namespaced_relay_command, publish, wait_until, write_function
 
 SOURCE = """
 import time

@@ -66,7 +66,7 @@ def test_partial_lines_are_joined_and_the_last_one_flushed_at_the_end():
 
 def test_lines_are_verbatim():
     lines, splitter = collect()
-    splitter.feed('  tabs\tand "quotes" level=ERROR \\n \r\n'.encode())
+    splitter.feed(b'  tabs\tand "quotes" level=ERROR \\n \r\n')
     assert lines == ['  tabs\tand "quotes" level=ERROR \\n \r']
 
 

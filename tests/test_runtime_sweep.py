@@ -11,7 +11,7 @@ from docker.errors import NotFound
 from relay.durations import SECOND
 from relay.runtime.executor import Executor, Invocation
 from relay.runtime.sweep import Leftovers, sweep_orphans
-from tests.runtime_helpers import token
+from tests.support.runtime import token
 
 
 @pytest.fixture

@@ -1,7 +1,8 @@
 """Schedules: occurrence times across DST, identity, publish-if-new, and their dispatch."""
 
 import json
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
+from itertools import pairwise
 
 import gevent
 import pytest
@@ -10,8 +11,6 @@ from relay.live.catalog import Catalog
 from relay.metrics.prometheus import Metrics
 from relay.stream.schedules import Occurrence, Publisher, Scheduler, next_instant, parse_occurrence_id
 from tests.test_dispatch import STREAM, Engine, function, value
-
-UTC = timezone.utc
 
 
 def occurrences(cron, zone, start, count):
@@ -41,7 +40,8 @@ def test_timezone_decides_when_not_identity():
     start = datetime(2026, 6, 1, tzinfo=UTC)
     rome = next_instant("0 8 * * 1-5", "Europe/Rome", start)
     assert rome == datetime(2026, 6, 1, 6, tzinfo=UTC)          # 08:00 CEST on Monday 1 June
-    assert Occurrence("reports", "jobs.report.handler", rome).id == "schedule:reports:jobs.report.handler:2026-06-01T06:00:00Z"
+    occurrence = Occurrence("reports", "jobs.report.handler", rome)
+    assert occurrence.id == "schedule:reports:jobs.report.handler:2026-06-01T06:00:00Z"
 
 
 @pytest.mark.parametrize(("day_start", "expected_local"), [
@@ -73,8 +73,8 @@ def test_a_daily_job_in_the_changing_hour_fires_once_a_day(day):
 ])
 def test_every_fifteen_minutes_across_a_change_is_strictly_increasing(zone, start):
     moments = occurrences("*/15 * * * *", zone, start, 4 * 24 * 3)
-    assert all(earlier < later for earlier, later in zip(moments, moments[1:]))
-    assert all(later - earlier <= timedelta(hours=1, minutes=15) for earlier, later in zip(moments, moments[1:]))
+    assert all(earlier < later for earlier, later in pairwise(moments))
+    assert all(later - earlier <= timedelta(hours=1, minutes=15) for earlier, later in pairwise(moments))
 
 
 def test_occurrence_id_round_trip():

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from tests.engine.workers import Worker, engine_env, harness_command, write_function
+from tests.support.workers import Worker, engine_env, harness_command, write_function
 
 TICK = """
 import json, sys, time

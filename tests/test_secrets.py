@@ -9,7 +9,11 @@ import pytest
 
 from relay.functions import load_function
 from relay.secrets.store import (
-    MAX_VALUE_BYTES, SECRETS_DIR, FileSecretStore, SecretError, environment, secret_name_problem,
+    MAX_VALUE_BYTES,
+    SECRETS_DIR,
+    FileSecretStore,
+    SecretError,
+    environment,
 )
 
 

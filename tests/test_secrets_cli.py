@@ -4,33 +4,20 @@ a temporary directory, bind-mounted in a private mount namespace."""
 import os
 import pty
 import select
-import shutil
 import stat
 import subprocess
-import sys
 import time
 
 import pytest
 
 from relay.secrets.store import FileSecretStore
-from tests.conftest import ROOT, base_env
+from tests.support.commands import relay_secret, secret_command
+from tests.support.relay_process import ROOT, base_env
+
+# Every test runs relay secret as a process in a private mount namespace: no fixture says so, hence the mark.
+pytestmark = pytest.mark.integration
 
 VALUE = "s3cr3t-v4lue-\u00e9\n"  # with a trailing newline, kept as given
-
-
-def secret_command(state_dir, *args, program=("-m", "relay", "secret")):
-    """*args* run by ``python -m relay secret`` with *state_dir* mounted at /var/lib/relay."""
-    os.makedirs("/var/lib/relay", exist_ok=True)
-    script = 'mount --bind "$1" /var/lib/relay; shift; exec "$@"'
-    return [shutil.which("unshare"), "--mount", "--propagation", "private", "--", "sh", "-ec", script,
-            "relay-secret", str(state_dir), sys.executable, *program, *args]
-
-
-def relay_secret(state_dir, *args, input=b""):
-    result = subprocess.run(secret_command(state_dir, *args), cwd=ROOT, env=base_env(), input=input,
-                            capture_output=True, timeout=60)
-    return subprocess.CompletedProcess(result.args, result.returncode, result.stdout.decode(),
-                                       result.stderr.decode())
 
 
 @pytest.fixture

@@ -19,11 +19,18 @@ import pytest
 from relay.durations import SECOND
 from relay.runtime.executor import Executor, Invocation
 from relay.stream import markers
-from tests.conftest import ROOT, base_env, free_port
-from tests.engine.workers import (
-    Worker, engine_env, harness_command, namespaced_relay_command, publish, wait_until, write_function,
+from tests.support.commands import relay_secret, secret_command
+from tests.support.redis_server import free_port
+from tests.support.relay_process import ROOT, base_env
+from tests.support.workers import (
+    Worker,
+    engine_env,
+    harness_command,
+    namespaced_relay_command,
+    publish,
+    wait_until,
+    write_function,
 )
-from tests.test_secrets_cli import relay_secret, secret_command
 
 SHOW_PYTHON = """
 import os

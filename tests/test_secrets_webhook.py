@@ -6,15 +6,15 @@ import stat
 
 import pytest
 
-from relay.live.catalog import Catalog
 from relay.errors import TemplateError
 from relay.functions import load_function
 from relay.gitsync.layout import Layout
 from relay.gitsync.source import make_source, save_source
+from relay.live.catalog import Catalog
 from relay.live.reconciler import Reconciler
 from relay.secrets.store import FileSecretStore, SecretError, environment, webhook_secret_name
-from tests.test_reconciler import Builder, write
-from tests.test_secrets_cli import relay_secret
+from tests.support.commands import relay_secret
+from tests.support.reconciler import Builder, write
 
 TEMPLATE = """runtime: python3.14
 events:
@@ -80,6 +80,7 @@ def test_a_broken_git_source_names_no_webhook_secret(state):
     assert FileSecretStore(state / "secrets").webhook_secret() is None
 
 
+@pytest.mark.integration  # runs Relay as a process
 def test_secret_ls_marks_the_webhook_secret(state):
     store = FileSecretStore(state / "secrets")
     for name in ("api-token", "github-webhook"):
@@ -90,6 +91,7 @@ def test_secret_ls_marks_the_webhook_secret(state):
     assert result.stdout == "NAME\napi-token\ngithub-webhook  (webhook secret: never handed to a function)\n"
 
 
+@pytest.mark.integration  # runs Relay as a process
 def test_an_existing_secrets_directory_is_narrowed_to_0700_by_the_secret_commands(state):
     FileSecretStore(state / "secrets").set("api-token", b"value")
     os.chmod(state / "secrets", 0o755)

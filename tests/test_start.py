@@ -9,8 +9,12 @@ import time
 
 import pytest
 
-from tests.conftest import ROOT, base_env, free_port, relay_command
-from tests.engine.workers import wait_until, with_private_paths, write_function
+from tests.support.redis_server import free_port
+from tests.support.relay_process import ROOT, RelayProcess, base_env, relay_command
+from tests.support.workers import wait_until, with_private_paths, write_function
+
+# Every test runs relay start as a process: no fixture says so, hence the mark.
+pytestmark = pytest.mark.integration
 
 STREAM, GROUP = "events", "relay"
 
@@ -23,35 +27,6 @@ def start_env(redis_server, **overrides):
 def isolate(tmp_path):
     """Wrap a command so that Relay sees temporary directories at /functions and /var/lib/relay."""
     return lambda command: with_private_paths(command, tmp_path / "functions", tmp_path / "state")
-
-
-class RelayProcess:
-    def __init__(self, env, command=None):
-        self.process = subprocess.Popen(command, cwd=ROOT, env=env, text=True,
-                                        stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-        self.lines = []
-
-    def wait_for(self, fragment, timeout=30):
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            line = self.process.stderr.readline()
-            if not line:
-                break
-            self.lines.append(line)
-            if fragment in line:
-                return line
-        self.process.kill()
-        pytest.fail(f"{fragment!r} never appeared; stderr so far:\n{''.join(self.lines)}")
-
-    def stop(self, signum=signal.SIGTERM, timeout=30):
-        self.process.send_signal(signum)
-        _, rest = self.process.communicate(timeout=timeout)
-        self.lines.extend(rest.splitlines(keepends=True))
-        return self.process.returncode
-
-    @property
-    def stderr(self):
-        return "".join(self.lines)
 
 
 @pytest.fixture
@@ -128,8 +103,10 @@ def test_a_key_of_the_wrong_type_fails_clearly(redis_server, redis_client, docke
 
 @pytest.mark.parametrize(("variables", "message"), [
     ({"REDIS_GROUP": ""}, "relay start: REDIS_GROUP is required and must not be empty\n"),
-    ({"LOG_LEVEL": "WARNING"}, "relay start: LOG_LEVEL='WARNING' is not a log level; use one of DEBUG, INFO, WARN, ERROR\n"),
-    ({"MAX_BUFFERED_EVENTS": "-1"}, "relay start: MAX_BUFFERED_EVENTS='-1' must be a positive whole number such as 16\n"),
+    ({"LOG_LEVEL": "WARNING"},
+     "relay start: LOG_LEVEL='WARNING' is not a log level; use one of DEBUG, INFO, WARN, ERROR\n"),
+    ({"MAX_BUFFERED_EVENTS": "-1"},
+     "relay start: MAX_BUFFERED_EVENTS='-1' must be a positive whole number such as 16\n"),
     ({"REDIS_STREAM_RETENTION": "0"}, "relay start: REDIS_STREAM_RETENTION='0' must be longer than zero, e.g. 6h\n"),
     ({"METRICS_ADDR": "9090"}, "relay start: METRICS_ADDR='9090' is not a listen address; "
                                 "use [host]:port, e.g. :9090 or 127.0.0.1:9090, with a port from 1 to 65535\n"),
@@ -157,7 +134,8 @@ def test_unreachable_redis_fails_fast(docker_engine, isolate):
     port = free_port()
     env = base_env(REDIS_URI=f"redis://user:topsecret@127.0.0.1:{port}", REDIS_STREAM=STREAM, REDIS_GROUP=GROUP)
     began = time.monotonic()
-    result = subprocess.run(isolate(relay_command("start")), cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+    result = subprocess.run(isolate(relay_command("start")), cwd=ROOT, env=env, capture_output=True, text=True,
+                            timeout=60)
     assert result.returncode == 1
     assert time.monotonic() - began < 20
     assert (f'level=ERROR msg="Relay cannot start" error="Redis at redis://user:***@127.0.0.1:{port}/0 '
@@ -167,7 +145,8 @@ def test_unreachable_redis_fails_fast(docker_engine, isolate):
 
 def test_unreachable_docker_fails_fast(redis_server, redis_client, tmp_path, isolate):
     env = start_env(redis_server, DOCKER_HOST=f"unix://{tmp_path}/nothing.sock")
-    result = subprocess.run(isolate(relay_command("start")), cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+    result = subprocess.run(isolate(relay_command("start")), cwd=ROOT, env=env, capture_output=True, text=True,
+                            timeout=60)
     assert result.returncode == 1
     assert f'error="Docker engine at unix://{tmp_path}/nothing.sock is unreachable: No such file or directory"' \
         in result.stderr

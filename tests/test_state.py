@@ -3,17 +3,29 @@
 import os
 import re
 import sqlite3
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
 
 from relay.view.database import (
-    EVENT, FAILED, PENDING, READY, SCHEDULE, SUCCESS, Counters, FunctionRecord, HandlerRecord, StateDatabase,
-    StateError, StateReader, Stats, rfc3339,
+    EVENT,
+    FAILED,
+    PENDING,
+    READY,
+    SCHEDULE,
+    SUCCESS,
+    Counters,
+    FunctionRecord,
+    HandlerRecord,
+    StateDatabase,
+    StateError,
+    StateReader,
+    Stats,
+    rfc3339,
 )
 
-T0 = datetime(2026, 9, 8, 12, 0, 0, tzinfo=timezone.utc)
-T1 = datetime(2026, 9, 8, 12, 0, 5, tzinfo=timezone.utc)
+T0 = datetime(2026, 9, 8, 12, 0, 0, tzinfo=UTC)
+T1 = datetime(2026, 9, 8, 12, 0, 5, tzinfo=UTC)
 RFC3339 = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ")
 
 READY_ONE = FunctionRecord(
@@ -169,6 +181,6 @@ def test_long_errors_are_bounded(path):
 
 
 def test_rfc3339_is_utc_with_z():
-    assert rfc3339(datetime(2026, 9, 8, 14, 0, 0, 123456, tzinfo=timezone.utc)) == "2026-09-08T14:00:00Z"
+    assert rfc3339(datetime(2026, 9, 8, 14, 0, 0, 123456, tzinfo=UTC)) == "2026-09-08T14:00:00Z"
     assert rfc3339(datetime.fromisoformat("2026-09-08T14:00:00+02:00")) == "2026-09-08T12:00:00Z"
     assert SUCCESS == "success"

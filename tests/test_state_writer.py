@@ -3,7 +3,8 @@
 import logging
 import threading
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
+from itertools import pairwise
 
 import gevent
 import pytest
@@ -12,7 +13,7 @@ from relay.metrics.prometheus import Metrics
 from relay.view.database import PENDING, Counters, FunctionRecord, StateDatabase, StateError, StateReader
 from relay.view.writer import StateWriter, previous_functions, stats_snapshot
 
-T0 = datetime(2026, 9, 8, 12, 0, 0, tzinfo=timezone.utc)
+T0 = datetime(2026, 9, 8, 12, 0, 0, tzinfo=UTC)
 RECORD = FunctionRecord(name="fn", runtime="python3.14", status=PENDING, updated_at=T0)
 
 
@@ -111,7 +112,7 @@ def test_a_slow_write_never_blocks_the_hub():
     gevent.spawn(tick).get(timeout=10)
     writer.stop()
     loop.join(timeout=2)
-    gaps = [later - earlier for earlier, later in zip(ticks, ticks[1:])]
+    gaps = [later - earlier for earlier, later in pairwise(ticks)]
     assert database.writes >= 1 and threading.get_ident() not in database.threads
     assert max(gaps) < 0.1, f"the hub stalled for {max(gaps):.3f}s"
 

@@ -6,23 +6,15 @@ import time
 import gevent
 import pytest
 
-from relay.live.catalog import Catalog
 from relay.errors import TemplateError
 from relay.functions import load_function, parse_template
 from relay.functions.document import MAX_DEPTH, MAX_NODES, MAX_TEMPLATE_BYTES
-from relay.quoting import QUOTE_LIMIT, quote
+from relay.live.catalog import Catalog
 from relay.live.reconciler import Reconciler
+from relay.quoting import QUOTE_LIMIT, quote
 from relay.view.database import FAILED
-from tests.test_reconciler import Builder, write
-
-HEAD = "runtime: python3.14\nevents:\n  - handler: app.handler\n    pattern: {kind: [a]}\n"
-
-
-def alias_bomb(under):
-    """8 levels of 10 aliases: 10^8 values in about 500 bytes, placed *under* a key."""
-    lines = ["l0: &l0 [lol, lol, lol, lol, lol, lol, lol, lol, lol, lol]"]
-    lines += [f"l{level}: &l{level} [" + ", ".join([f"*l{level - 1}"] * 10) + "]" for level in range(1, 8)]
-    return HEAD + "\n".join(lines) + "\n" + under + "\n"
+from tests.support.reconciler import Builder, write
+from tests.support.templates import HEAD, alias_bomb
 
 
 @pytest.mark.parametrize("under", ["bomb: *l7", "secrets: {TOKEN: *l7}", "env: {TOKEN: *l7}"])
@@ -68,7 +60,7 @@ def test_a_template_over_64_kib_is_refused_without_being_parsed(tmp_path, monkey
     import relay.functions.document as document
 
     composed = []
-    monkeypatch.setattr(document, "_Loader", lambda text: composed.append(text))
+    monkeypatch.setattr(document, "_Loader", composed.append)
     text = HEAD + "# " + "x" * MAX_TEMPLATE_BYTES + "\n"
     with pytest.raises(TemplateError) as refused:
         parse_template(text)

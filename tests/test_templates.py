@@ -163,7 +163,7 @@ def test_timeouts(value, expected):
     ("1d", "unknown unit 'd'"), ("true", "True is not a duration"), ("null", "None is not a duration"),
 ])
 def test_bad_timeouts(value, message):
-    assert f"events[0].timeout: " in problems(with_rule(timeout=value))
+    assert "events[0].timeout: " in problems(with_rule(timeout=value))
     assert message in problems(with_rule(timeout=value))
     assert message in problems(with_schedule(cron='"0 3 * * *"', timeout=value))
 
@@ -199,7 +199,8 @@ def test_schedules(cron, timezone):
     ({"cron": '"61 3 * * *"'}, "'61 3 * * *' is not a valid cron expression"),
     ({"cron": '"0 25 * * *"'}, "is not a valid cron expression"),
     ({"cron": "5"}, "5 is not a cron expression"),
-    ({"cron": '"0 3 * * *"', "timezone": "Mars/Olympus"}, "schedules[0].timezone: 'Mars/Olympus' is not an IANA time zone"),
+    ({"cron": '"0 3 * * *"', "timezone": "Mars/Olympus"},
+     "schedules[0].timezone: 'Mars/Olympus' is not an IANA time zone"),
     ({"cron": '"0 3 * * *"', "timezone": '""'}, "schedules[0].timezone: '' is not an IANA time zone"),
     ({"cron": '"0 3 * * *"', "timezone": "../etc/passwd"}, "is not an IANA time zone"),
     ({"cron": '"0 3 * * *"', "retries": "2"}, "schedules[0].retries: is not a key of a schedule"),
@@ -230,7 +231,8 @@ def test_a_template_needs_events_or_schedules(body):
     ("- runtime\n", "a template is a mapping"),
     ("", "a template is a mapping"),
     ("runtime: node24\nruntime: python3.14\n" + RULE, "runtime: is given twice"),
-    ("runtime: node24\nevents:\n  - handler: a.b\n    pattern: {a: [1], a: [2]}\n", "events[0].pattern.a: is given twice"),
+    ("runtime: node24\nevents:\n  - handler: a.b\n    pattern: {a: [1], a: [2]}\n",
+     "events[0].pattern.a: is given twice"),
 ])
 def test_structure_problems(text, message):
     assert message in problems(text)

@@ -2,25 +2,30 @@
 exit codes, and the real command reading /var/lib/relay/db.sqlite3 in a private
 mount namespace (no Redis, Docker or /functions anywhere)."""
 
-import os
-import shutil
-import subprocess
-import sys
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
 from relay.commands import function as function_command
 from relay.commands import stats as stats_command
-from relay.view.database import (
-    FAILED, PENDING, READY, SCHEDULE, SUCCESS, Counters, FunctionRecord, HandlerRecord, StateDatabase, Stats,
-)
 from relay.view import report
+from relay.view.database import (
+    FAILED,
+    PENDING,
+    READY,
+    SCHEDULE,
+    SUCCESS,
+    Counters,
+    FunctionRecord,
+    HandlerRecord,
+    StateDatabase,
+    Stats,
+)
 from relay.view.report import age, render_function, render_function_list, render_stats
-from tests.conftest import ROOT, base_env
+from tests.support.commands import view_command
 
-NOW = datetime(2026, 9, 8, 12, 0, 12, tzinfo=timezone.utc)
-PREPARED = datetime(2026, 9, 8, 12, 0, 0, tzinfo=timezone.utc)
+NOW = datetime(2026, 9, 8, 12, 0, 12, tzinfo=UTC)
+PREPARED = datetime(2026, 9, 8, 12, 0, 0, tzinfo=UTC)
 FINGERPRINT = "3f5a0c1e9b7d24680acf13579bdf02468ace13579bdf02468ace13579bdf0246"
 IMAGE = "relay-fn-user-events-python:3f5a0c1e9b7d2468"
 
@@ -52,7 +57,7 @@ def test_function_ls_ages_pending_rows_and_long_names():
     long_name = "a-function-name-that-is-rather-long"
     rows = [
         FunctionRecord(name=long_name, runtime="node24", status=READY, updated_at=NOW - timedelta(days=40),
-                       prepared_at=datetime(2026, 7, 30, 9, 0, tzinfo=timezone.utc),
+                       prepared_at=datetime(2026, 7, 30, 9, 0, tzinfo=UTC),
                        handlers=(HandlerRecord("h.a", "6s"), HandlerRecord("h.b", "6s", SCHEDULE, "* * * * *"))),
         FunctionRecord(name="reports", runtime="python3.14", status=PENDING, updated_at=NOW - timedelta(minutes=3),
                        last_reconcile_status=FAILED, last_reconcile_at=NOW - timedelta(minutes=3),
@@ -268,7 +273,7 @@ def write_database(path, stats=None):
 
 def test_commands_in_process(tmp_path, capsys):
     path = tmp_path / "db.sqlite3"
-    write_database(path, Stats(STATS, 1, 2.0, datetime.now(timezone.utc)))
+    write_database(path, Stats(STATS, 1, 2.0, datetime.now(UTC)))
     assert function_command.run({"ls": True, "<name>": None}, path) == 0
     listing = capsys.readouterr().out
     assert listing.splitlines()[1].startswith("user-events-python    python3.14   ready     3          ")
@@ -298,16 +303,7 @@ def test_a_broken_database_exits_1_with_the_reason(tmp_path, capsys):
     assert err[1].startswith("relay function ls: cannot read the state database")
 
 
-def view_command(state_dir, *args):
-    """``python -m relay <args>`` with *state_dir* mounted at /var/lib/relay, nothing else available."""
-    os.makedirs("/var/lib/relay", exist_ok=True)
-    script = 'mount --bind "$1" /var/lib/relay; shift; exec "$@"'
-    command = [shutil.which("unshare"), "--mount", "--propagation", "private", "--", "sh", "-ec", script,
-               "relay-views", str(state_dir), sys.executable, "-m", "relay", *args]
-    env = base_env(REDIS_URI="127.0.0.1:1", DOCKER_HOST="tcp://127.0.0.1:1")
-    return subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
-
-
+@pytest.mark.integration  # runs Relay as a process
 def test_the_real_commands_read_the_fixed_path_with_relay_and_redis_down(tmp_path):
     state = tmp_path / "state"
     state.mkdir()
@@ -315,7 +311,7 @@ def test_the_real_commands_read_the_fixed_path_with_relay_and_redis_down(tmp_pat
     assert (empty.returncode, empty.stderr) == (0, "")
     assert empty.stdout.endswith("Updated:             never\n") and not (state / "db.sqlite3").exists()
 
-    write_database(state / "db.sqlite3", Stats(STATS, 17, 134.0, datetime.now(timezone.utc)))
+    write_database(state / "db.sqlite3", Stats(STATS, 17, 134.0, datetime.now(UTC)))
     listing = view_command(state, "function", "ls")
     assert listing.returncode == 0, listing.stderr
     assert [line.split()[:4] for line in listing.stdout.splitlines()] == [

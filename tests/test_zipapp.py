@@ -15,15 +15,14 @@ import re
 import shutil
 import stat
 import subprocess
-import sys
-import time
 import tempfile
+import time
 import zipfile
 from pathlib import Path
 
 import pytest
 
-from tests.pyz_helpers import (
+from tests.support.zipapps import (
     ARCH,
     REPO,
     SUPPORTED,

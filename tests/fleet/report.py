@@ -18,7 +18,8 @@ def summary_table(reports):
         verdict = report.verdict
         cells = (number, verdict.events, verdict.entries, verdict.malformed, verdict.executions,
                  verdict.duplicates, verdict.producer_duplicates, f"{verdict.dlq} ({verdict.dlq_expected})",
-                 verdict.lost, f"{report.restarts} ({report.exits})", f"{report.drain_seconds:.0f}s", f"{report.seconds:.0f}s",
+                 verdict.lost, f"{report.restarts} ({report.exits})", f"{report.drain_seconds:.0f}s",
+                 f"{report.seconds:.0f}s",
                  "passed" if verdict.passed else f"FAILED ({len(verdict.problems)})")
         rows.append("| " + " | ".join(str(cell) for cell in cells) + " |")
     return "\n".join(rows)

@@ -129,7 +129,8 @@ class Fleet:
             for worker in self.workers:
                 code = worker.restart_if_exited()
                 if code is not None:
-                    progress(f"fleet: worker {worker.hostname} exited with {code}; restarted as a service manager would")
+                    progress(f"fleet: worker {worker.hostname} exited with {code}; "
+                             "restarted as a service manager would")
 
     def _clean_engine(self):
         """Each run starts from an engine without containers or function images,

@@ -12,8 +12,8 @@ import subprocess
 import time
 from pathlib import Path
 
-from tests.conftest import RedisServer
 from tests.fleet.errors import FleetError
+from tests.support.redis_server import RedisServer
 
 
 def _wait(check, timeout, what):

@@ -147,20 +147,8 @@ def _judge_malformed(verdict, message_id, fields, records, marks, reason=None):
 
 
 def _judge_event(verdict, message_id, fields, event, records, marks, hostnames):
-    functions = expected_functions(event)
     failing = FAILING_FOREVER.get(event["kind"])
-    for function in functions:
-        outcomes = marks.get((message_id, function), Counter())
-        if function == "fleet-hang":
-            continue    # a start cut off before its first line prints no mark; its DLQ entry proves its attempts
-        if not outcomes:
-            verdict.fail(f"{message_id} (seq {event['seq']}): {function} never ran")
-            continue
-        if function != failing:
-            verdict.duplicates += max(0, outcomes["ok"] - 1)
-    for function in functions:
-        if function in ("fleet-py", "fleet-node") and not marks.get((message_id, function), Counter())["ok"]:
-            verdict.fail(f"{message_id} (seq {event['seq']}): {function} never succeeded")
+    _judge_runs(verdict, message_id, event, marks, failing)
 
     if failing is None and event["kind"] == "flaky":
         flaky = marks.get((message_id, "fleet-flaky"), Counter())
@@ -178,6 +166,23 @@ def _judge_event(verdict, message_id, fields, event, records, marks, hostnames):
         verdict.fail(f"{message_id} (seq {event['seq']}, {event['kind']}): {len(records)} DLQ entries, 1 expected")
         return
     _check_dlq_record(verdict, message_id, fields, records[0], failing, hostnames)
+
+
+def _judge_runs(verdict, message_id, event, marks, failing):
+    """Every expected function ran; the ones that must succeed did; extra successes count as duplicates."""
+    functions = expected_functions(event)
+    for function in functions:
+        outcomes = marks.get((message_id, function), Counter())
+        if function == "fleet-hang":
+            continue    # a start cut off before its first line prints no mark; its DLQ entry proves its attempts
+        if not outcomes:
+            verdict.fail(f"{message_id} (seq {event['seq']}): {function} never ran")
+            continue
+        if function != failing:
+            verdict.duplicates += max(0, outcomes["ok"] - 1)
+    for function in functions:
+        if function in ("fleet-py", "fleet-node") and not marks.get((message_id, function), Counter())["ok"]:
+            verdict.fail(f"{message_id} (seq {event['seq']}): {function} never succeeded")
 
 
 def _check_dlq_record(verdict, message_id, fields, record, function, hostnames):

@@ -11,8 +11,8 @@ import threading
 import time
 from pathlib import Path
 
-from tests.conftest import base_env
 from tests.fleet.errors import FleetError
+from tests.support.relay_process import base_env
 
 NAMESPACE_SCRIPT = ('hostname "$1"; mount --bind "$2" /functions; mount --bind "$3" /var/lib/relay; '
                     'shift 3; exec "$@"')

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT, base_env
+from tests.support.relay_process import ROOT, base_env
 
-HARNESS = ROOT / "tests" / "engine" / "harness.py"
+HARNESS = ROOT / "tests" / "support" / "harness.py"
 
 
 class Worker:

@@ -23,8 +23,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT, base_env, free_port
-from tests.engine.workers import with_private_paths
+from tests.support.redis_server import free_port
+from tests.support.relay_process import ROOT, base_env
+from tests.support.workers import with_private_paths
 
 SSHD = "/usr/sbin/sshd"
 GIT_ENV = {

@@ -1,6 +1,6 @@
 """Run Relay's engine in this process with test timings (short reclaim and idle times).
 
-    python tests/engine/harness.py FUNCTIONS_DIR CONSUMER [RECLAIM_SECONDS MIN_IDLE_SECONDS] [NAME=VALUE...]
+    python tests/support/harness.py FUNCTIONS_DIR CONSUMER [RECLAIM_SECONDS MIN_IDLE_SECONDS] [NAME=VALUE...]
 
 NAME=VALUE pairs set ``state_db`` (the state database file) or any other
 field of Timing, in seconds (e.g. ``rescan_interval=600``). The configuration

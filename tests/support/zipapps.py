@@ -1,4 +1,4 @@
-"""Helpers for tests/test_zipapp.py: interpreters, tiny pyz builds, subprocess runs."""
+"""Helpers for the relay.pyz tests (tests/test_zipapp.py and others): interpreters, tiny pyz builds, subprocess runs."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
 import build_zipapp  # noqa: E402

@@ -16,7 +16,7 @@ from docker.errors import APIError, NotFound
 
 from relay.functions import load_function
 
-FIXTURES = Path(__file__).resolve().parent / "fixtures" / "functions"
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "functions"
 TOKEN_FILES = ("package.json", "package-lock.json", "requirements.txt")
 
 
