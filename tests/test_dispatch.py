@@ -343,7 +343,7 @@ def test_an_entry_waits_for_a_matching_function_whose_first_build_failed(redis_c
 
 
 def test_missing_secret_fails_the_invocation(redis_client):
-    from relay.secrets.store import SecretError
+    from relay.errors import SecretError
 
     def environment(fn):
         raise SecretError("secret 'api-key' is not in the secret store")

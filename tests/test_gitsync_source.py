@@ -5,7 +5,7 @@ import stat
 
 import pytest
 
-from relay.gitsync.errors import SourceError
+from relay.errors import SourceError
 from relay.gitsync.layout import Layout
 from relay.gitsync.source import (
     Source, SshUrl, load_source, make_source, normalize_path, parse_ssh_url, ref_problem, remote_refs, save_source,

@@ -7,10 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from relay.errors import SecretError
 from relay.functions import load_function
-from relay.secrets.store import (
-    MAX_VALUE_BYTES, SECRETS_DIR, FileSecretStore, SecretError, environment, secret_name_problem,
-)
+from relay.secrets.store import MAX_VALUE_BYTES, SECRETS_DIR, FileSecretStore, environment, secret_name_problem
 
 
 @pytest.fixture

@@ -7,12 +7,12 @@ import stat
 import pytest
 
 from relay.live.catalog import Catalog
-from relay.errors import TemplateError
+from relay.errors import SecretError, TemplateError
 from relay.functions import load_function
 from relay.gitsync.layout import Layout
 from relay.gitsync.source import make_source, save_source
 from relay.live.reconciler import Reconciler
-from relay.secrets.store import FileSecretStore, SecretError, environment, webhook_secret_name
+from relay.secrets.store import FileSecretStore, environment, webhook_secret_name
 from tests.test_reconciler import Builder, write
 from tests.test_secrets_cli import relay_secret
 

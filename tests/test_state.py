@@ -7,9 +7,10 @@ from datetime import datetime, timezone
 
 import pytest
 
+from relay.errors import StateError
 from relay.view.database import (
     EVENT, FAILED, PENDING, READY, SCHEDULE, SUCCESS, Counters, FunctionRecord, HandlerRecord, StateDatabase,
-    StateError, StateReader, Stats, rfc3339,
+    StateReader, Stats, rfc3339,
 )
 
 T0 = datetime(2026, 9, 8, 12, 0, 0, tzinfo=timezone.utc)

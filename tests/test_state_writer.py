@@ -9,7 +9,8 @@ import gevent
 import pytest
 
 from relay.metrics.prometheus import Metrics
-from relay.view.database import PENDING, Counters, FunctionRecord, StateDatabase, StateError, StateReader
+from relay.errors import StateError
+from relay.view.database import PENDING, Counters, FunctionRecord, StateDatabase, StateReader
 from relay.view.writer import StateWriter, previous_functions, stats_snapshot
 
 T0 = datetime(2026, 9, 8, 12, 0, 0, tzinfo=timezone.utc)

@@ -9,7 +9,8 @@ the secret that signs webhook deliveries (``relay git set --webhook-secret``).
 
 import sys
 
-from relay.secrets.store import MAX_VALUE_BYTES, FileSecretStore, SecretError, secret_name_problem
+from relay.errors import SecretError
+from relay.secrets.store import MAX_VALUE_BYTES, FileSecretStore, secret_name_problem
 
 
 def run(args, store=None, stdin=None):

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import git
 
-from relay.gitsync.errors import GitSyncError, SourceError
+from relay.errors import GitSyncError, SourceError
 from relay.gitsync.files import private_directory, reason
 from relay.gitsync.source import remote_refs
 

@@ -11,7 +11,7 @@ import base64
 import hashlib
 import socket
 
-from relay.gitsync.errors import DeployKeyError
+from relay.errors import DeployKeyError
 from relay.gitsync.files import private_directory, reason, write_atomically
 
 

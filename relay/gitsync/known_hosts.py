@@ -22,7 +22,7 @@ import socket
 
 import paramiko
 
-from relay.gitsync.errors import GitSyncError, HostKeyError
+from relay.errors import GitSyncError, HostKeyError
 from relay.gitsync.files import private_directory, reason, write_atomically
 
 CONNECT_TIMEOUT = 15.0  # seconds, for the TCP connection and for the handshake each

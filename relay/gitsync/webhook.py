@@ -28,13 +28,13 @@ import os
 import bottle
 from gevent.event import Event
 
+from relay.errors import MalformedDelivery, SecretError, WebhookBindError
 from relay.gitsync.coalesce import CoalescingRunner
-from relay.gitsync.delivery import SIGNATURE_HEADER, MalformedDelivery, parse_payload, push_mismatch, signature_valid
-from relay.gitsync.errors import WebhookBindError
+from relay.gitsync.delivery import SIGNATURE_HEADER, parse_payload, push_mismatch, signature_valid
 from relay.gitsync.layout import Layout
 from relay.gitsync.source import load_source
 from relay.http_server import BoundedWSGIServer
-from relay.secrets.store import FileSecretStore, SecretError
+from relay.secrets.store import FileSecretStore
 
 log = logging.getLogger("relay.gitsync")
 

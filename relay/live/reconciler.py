@@ -38,8 +38,8 @@ from gevent.pool import Pool
 from relay.live.catalog import ActiveFunction
 from relay.config import STATE_DIR
 from relay.durations import format_duration
-from relay.errors import BuildError, TemplateError
-from relay.functions import MissingTemplate, fingerprint_directory, function_name_problem, load_function
+from relay.errors import BuildError, MissingTemplate, TemplateError
+from relay.functions import fingerprint_directory, function_name_problem, load_function
 from relay.functions.function import TEMPLATE_FILE
 from relay.live.loading import function_names
 from relay.secrets.store import webhook_secret_name

@@ -29,16 +29,13 @@ from pathlib import Path
 from typing import Protocol
 
 from relay.config import STATE_DIR
-from relay.errors import RelayError
+from relay.errors import SecretError, SourceError
 from relay.names import secret_name_problem
 
 SECRETS_DIR = Path(STATE_DIR) / "secrets"
 MAX_VALUE_BYTES = 64 * 1024  # far below what one environment variable may hold
 WEBHOOK_REFUSAL = ("secret {name!r} is the git webhook's HMAC secret (relay git set --webhook-secret) "
                    "and is never handed to a function")
-
-class SecretError(RelayError):
-    """A secret is missing, unreadable, unusable or has an invalid name."""
 
 
 class SecretProvider(Protocol):
@@ -178,7 +175,6 @@ def webhook_secret_name(state_dir):
     """The webhook's secret name in the git source under *state_dir*, or None (none configured,
     or a source file so broken that neither git sync nor the webhook uses it)."""
     from relay.gitsync.layout import Layout
-    from relay.gitsync.errors import SourceError
     from relay.gitsync.source import load_source
 
     try:

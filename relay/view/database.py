@@ -24,7 +24,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from relay.config import STATE_DIR
-from relay.errors import RelayError
+from relay.errors import StateError
 
 DB_PATH = Path(STATE_DIR) / "db.sqlite3"
 SCHEMA_VERSION = 1
@@ -82,10 +82,6 @@ CREATE TABLE IF NOT EXISTS function_stats (
     updated_at        TEXT NOT NULL
 );
 """
-
-
-class StateError(RelayError):
-    """The state database cannot be opened, read or written."""
 
 
 # --- records ------------------------------------------------------------------------

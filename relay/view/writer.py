@@ -21,7 +21,8 @@ import gevent
 from gevent.event import Event
 from gevent.threadpool import ThreadPool
 
-from relay.view.database import Counters, StateError, StateReader, Stats, now
+from relay.errors import StateError
+from relay.view.database import Counters, StateReader, Stats, now
 
 log = logging.getLogger("relay.view.writer")
 
