@@ -26,7 +26,9 @@ must not crash (the start, a command, a dispatch) catches one class:
             WebhookBindError
             MalformedDelivery
 
-Standard library only, imported by everything, the admin commands included.
+``reason(error)`` turns any exception into the short phrase Relay's messages
+end with. Standard library only: everything imports this module, the admin
+commands included.
 """
 
 MAX_LISTED = 20  # the problems an InvalidTemplate lists; the others are counted
@@ -145,3 +147,29 @@ class WebhookBindError(WebhookError):
 
 class MalformedDelivery(WebhookError):
     """The body of a webhook delivery is not a GitHub payload Relay can read."""
+
+
+# --- the words of an error ------------------------------------------------------------
+
+
+def reason(error, *, strerror=True, innermost=False, limit=None):
+    """*error* as a short phrase for the end of a message.
+
+    An OSError says its strerror ("Permission denied", not "[Errno 13]
+    Permission denied: '/x'") unless *strerror* is false; a docker-py error
+    says the engine's explanation, not the HTTP status line before it; any
+    other error says its message, stripped, or its type's name when it has
+    none. *innermost* explains the innermost cause of a chain of wrapped
+    errors instead ("Connection refused" beats three wrappers); *limit* cuts
+    a longer text to that many characters, "..." included.
+    """
+    if innermost:
+        while (error.__cause__ or error.__context__) is not None:
+            error = error.__cause__ or error.__context__
+    if strerror and isinstance(error, OSError) and error.strerror:
+        text = error.strerror
+    else:
+        text = str(getattr(error, "explanation", None) or error).strip() or type(error).__name__
+    if limit is not None and len(text) > limit:
+        return text[:limit - 3] + "..."
+    return text

@@ -46,8 +46,3 @@ def sync_directory(directory):
             os.fsync(fd)
         finally:
             os.close(fd)
-
-
-def reason(error):
-    """An OSError as a short phrase: 'Permission denied', not the errno tuple."""
-    return error.strerror or str(error) or type(error).__name__

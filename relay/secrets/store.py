@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Protocol
 
 from relay.config import STATE_DIR
-from relay.errors import SecretError, SourceError
+from relay.errors import SecretError, SourceError, reason
 from relay.names import secret_name_problem
 
 SECRETS_DIR = Path(STATE_DIR) / "secrets"
@@ -91,7 +91,7 @@ class FileSecretStore:
         except FileNotFoundError:
             raise SecretError(f"secret {name!r} is not in the secret store") from None
         except OSError as error:
-            raise SecretError(f"secret {name!r} cannot be read: {_reason(error)}") from None
+            raise SecretError(f"secret {name!r} cannot be read: {reason(error)}") from None
         problem = value_problem(data)
         if problem:
             raise SecretError(f"secret {name!r} cannot be used: {problem}")
@@ -104,7 +104,7 @@ class FileSecretStore:
         except FileNotFoundError:
             return []
         except OSError as error:
-            raise SecretError(f"cannot list {self.directory}: {_reason(error)}") from None
+            raise SecretError(f"cannot list {self.directory}: {reason(error)}") from None
         # Temporary files of a write in progress start with a dot, which no secret name does.
         return sorted(entry.name for entry in entries
                       if secret_name_problem(entry.name) is None and entry.is_file())
@@ -121,7 +121,7 @@ class FileSecretStore:
             self._make_directory()
             fd, temporary = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=self.directory)
         except OSError as error:
-            raise SecretError(f"cannot store secret {name!r} in {self.directory}: {_reason(error)}") from None
+            raise SecretError(f"cannot store secret {name!r} in {self.directory}: {reason(error)}") from None
         try:
             with os.fdopen(fd, "wb") as file:
                 os.fchmod(file.fileno(), 0o600)
@@ -132,7 +132,7 @@ class FileSecretStore:
         except OSError as error:
             with suppress(OSError):
                 os.unlink(temporary)
-            raise SecretError(f"cannot store secret {name!r} in {self.directory}: {_reason(error)}") from None
+            raise SecretError(f"cannot store secret {name!r} in {self.directory}: {reason(error)}") from None
         self._sync_directory()
 
     def remove(self, name):
@@ -142,7 +142,7 @@ class FileSecretStore:
         except FileNotFoundError:
             raise SecretError(f"secret {name!r} is not in the secret store") from None
         except OSError as error:
-            raise SecretError(f"cannot remove secret {name!r}: {_reason(error)}") from None
+            raise SecretError(f"cannot remove secret {name!r}: {reason(error)}") from None
         self._sync_directory()
 
     def _path(self, name):
@@ -201,7 +201,3 @@ def environment(function, provider):
         except SecretError as error:
             raise SecretError(f"cannot set {variable}: {error}") from None
     return variables
-
-
-def _reason(error):
-    return error.strerror or type(error).__name__
