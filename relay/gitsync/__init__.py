@@ -1,7 +1,6 @@
 """Git sync: /functions materialized from an SSH git repository.
 
     layout       the fixed paths under /var/lib/relay (ssh/, git/)
-    files        private directories and atomic 0600 writes
     keys         the ed25519 deploy key (relay git keygen)
     source       the SSH URL, ref and path of the source, persisted (relay git set)
     known_hosts  Relay's own host-key pins, trusted on first use

@@ -12,7 +12,7 @@ import hashlib
 import socket
 
 from relay.errors import DeployKeyError, reason
-from relay.gitsync.files import private_directory, write_atomically
+from relay.files import private_directory, write_atomically
 
 
 def generate_key(layout, force=False):

@@ -23,7 +23,7 @@ import socket
 import paramiko
 
 from relay.errors import GitSyncError, HostKeyError, reason
-from relay.gitsync.files import private_directory, write_atomically
+from relay.files import private_directory, write_atomically
 
 CONNECT_TIMEOUT = 15.0  # seconds, for the TCP connection and for the handshake each
 

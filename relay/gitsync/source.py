@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass
 from urllib.parse import urlsplit
 
 from relay.errors import SourceError, reason
-from relay.gitsync.files import private_directory, write_atomically
+from relay.files import private_directory, write_atomically
 from relay.names import secret_name_problem
 
 DEFAULT_REF = "main"

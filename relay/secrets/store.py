@@ -30,6 +30,7 @@ from typing import Protocol
 
 from relay.config import STATE_DIR
 from relay.errors import SecretError, SourceError, reason
+from relay.files import private_directory, sync_directory, write_atomically
 from relay.names import secret_name_problem
 
 SECRETS_DIR = Path(STATE_DIR) / "secrets"
@@ -115,25 +116,12 @@ class FileSecretStore:
         problem = value_problem(value)
         if problem:
             raise SecretError(f"{problem}; secret {name!r} was not changed")
-        import tempfile  # only writers pay for it; ls and the runner never write
-
         try:
-            self._make_directory()
-            fd, temporary = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=self.directory)
+            if not self.directory.exists():  # a file in its place fails the write: "Not a directory"
+                private_directory(self.directory)
+            write_atomically(path, value, mode=0o600)
         except OSError as error:
             raise SecretError(f"cannot store secret {name!r} in {self.directory}: {reason(error)}") from None
-        try:
-            with os.fdopen(fd, "wb") as file:
-                os.fchmod(file.fileno(), 0o600)
-                file.write(value)
-                file.flush()
-                os.fsync(file.fileno())
-            os.replace(temporary, path)
-        except OSError as error:
-            with suppress(OSError):
-                os.unlink(temporary)
-            raise SecretError(f"cannot store secret {name!r} in {self.directory}: {reason(error)}") from None
-        self._sync_directory()
 
     def remove(self, name):
         path = self._path(name)
@@ -143,32 +131,13 @@ class FileSecretStore:
             raise SecretError(f"secret {name!r} is not in the secret store") from None
         except OSError as error:
             raise SecretError(f"cannot remove secret {name!r}: {reason(error)}") from None
-        self._sync_directory()
+        sync_directory(self.directory)
 
     def _path(self, name):
         problem = secret_name_problem(name)
         if problem:
             raise SecretError(problem)
         return self.directory / name
-
-    def _make_directory(self):
-        if self.directory.is_dir():
-            return
-        self.directory.parent.mkdir(parents=True, exist_ok=True)
-        try:
-            self.directory.mkdir(mode=0o700)
-        except FileExistsError:
-            return  # another writer made it first
-        os.chmod(self.directory, 0o700)  # mkdir's mode is narrowed by the umask; make it exact
-
-    def _sync_directory(self):
-        """Make the rename or unlink itself durable."""
-        with suppress(OSError):
-            fd = os.open(self.directory, os.O_RDONLY | os.O_DIRECTORY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
 
 
 def webhook_secret_name(state_dir):
