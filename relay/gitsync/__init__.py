@@ -10,7 +10,6 @@
     sync         one ``relay git sync``, start to end, under a lock
     commands     the ``relay git`` command line
     delivery     what a GitHub delivery asks for: signature, repository, ref
-    coalesce     at most one sync at a time, a burst folded into one more
     sync_process the webhook's sync: ``relay git sync`` as a child process
     webhook      POST /github on GIT_WEBHOOK_ADDR
 

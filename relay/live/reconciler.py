@@ -35,12 +35,13 @@ from pathlib import Path
 from gevent.event import Event
 from gevent.pool import Pool
 
-from relay.live.catalog import ActiveFunction
+from relay.coalesce import CoalescingRunner
 from relay.config import STATE_DIR
 from relay.durations import format_duration
 from relay.errors import BuildError, MissingTemplate, TemplateError
 from relay.functions import fingerprint_directory, function_name_problem, load_function
 from relay.functions.function import TEMPLATE_FILE
+from relay.live.catalog import ActiveFunction
 from relay.live.loading import function_names
 from relay.secrets.store import webhook_secret_name
 from relay.view.database import EVENT, FAILED, PENDING, READY, SCHEDULE, SUCCESS, FunctionRecord, HandlerRecord, now
@@ -78,9 +79,8 @@ class Reconciler:
         self.stopping = Event()
         self._failures = {}    # name -> _Failure of the last attempt
         self._noted = {}       # name -> the condition last logged for it (invalid, not ready)
-        self._running = set()
-        self._again = set()
         self._pool = Pool(parallel)
+        self._runner = CoalescingRunner(self.reconcile, _reconcile_failed, spawn=self._pool.spawn)
 
     # --- driving ------------------------------------------------------------------
 
@@ -111,34 +111,12 @@ class Reconciler:
     def stop(self):
         """Take no more requests and abandon reconciles in progress (a swap is one step: none is half done)."""
         self.stopping.set()
+        self._runner.stop()
         self._pool.kill(block=False)
 
     def request(self, name):
-        """Reconcile *name* soon; waits only for a free slot."""
-        if self.stopping.is_set():
-            return
-        if name in self._running:
-            self._again.add(name)
-            return
-        self._running.add(name)
-        try:
-            self._pool.spawn(self._run, name)
-        except BaseException:
-            self._running.discard(name)
-            raise
-
-    def _run(self, name):
-        try:
-            while not self.stopping.is_set():
-                self._again.discard(name)
-                try:
-                    self.reconcile(name)
-                except Exception:
-                    log.exception("Reconcile failed unexpectedly; retried on the next pass", extra={"function": name})
-                if name not in self._again:
-                    return
-        finally:
-            self._running.discard(name)
+        """Reconcile *name* soon (once more after the pass going on, if any); waits only for a free slot."""
+        self._runner.request(name)
 
     # --- one function ---------------------------------------------------------------
 
@@ -277,6 +255,10 @@ class Reconciler:
         if self._noted.get(name) != condition:
             self._noted[name] = condition
             log.log(level, message, extra=attrs)
+
+
+def _reconcile_failed(name):
+    log.exception("Reconcile failed unexpectedly; retried on the next pass", extra={"function": name})
 
 
 class ActiveImages(Mapping):
