@@ -211,7 +211,7 @@ class Supervisor:
         log.info("Loaded functions", extra={"ready": len(self.catalog.snapshot()), "found": found})
         # Old versions of what is loaded now, and images of functions removed while Relay was down.
         collect_garbage(docker, active_images, self.leases,
-                        functions={*active_images, *self.reconciler.records, *known_before})
+                        functions={*active_images, *self.reconciler.statuses, *known_before})
         self._spawn_services([self.reconciler])
 
     def _start_services(self):
