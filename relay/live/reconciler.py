@@ -38,14 +38,13 @@ from gevent.event import Event
 from gevent.pool import Pool
 
 from relay.coalesce import CoalescingRunner
-from relay.config import STATE_DIR
 from relay.errors import BuildError, MissingTemplate, TemplateError
 from relay.functions import fingerprint_directory, function_name_problem, load_function
 from relay.functions.function import TEMPLATE_FILE
+from relay.gitsync.webhook_secret import webhook_secret_name
 from relay.live.catalog import ActiveFunction
 from relay.live.loading import function_names
 from relay.live.status import FunctionStatus, Outcome
-from relay.secrets.store import webhook_secret_name
 from relay.view.database import now
 
 log = logging.getLogger("relay.live.reconciler")
@@ -74,7 +73,7 @@ class Reconciler:
         self.retire = retire or (lambda tag: None)
         self.on_change = on_change or (lambda statuses: None)
         self.offload = offload or (lambda function, *args: function(*args))
-        self.webhook_secret = webhook_secret or (lambda: webhook_secret_name(STATE_DIR))
+        self.webhook_secret = webhook_secret or webhook_secret_name
         self.rescan_interval = rescan_interval
         self.clock = clock
         self.statuses = {}     # name -> FunctionStatus of every function loaded

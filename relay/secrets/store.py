@@ -16,7 +16,8 @@ secrets for ``relay secret``.
 The secret named by ``relay git set --webhook-secret`` signs webhook
 deliveries; it belongs to Relay, and ``environment`` never hands it to a
 function, whatever the template says (the function loader refuses such a
-template too; see relay.functions.function).
+template too; see relay.functions.function). Which secret that is, the store
+is told (*webhook_secret*) by the part that reads the git source.
 
 Values never appear in an error message, a log line or a repr; errors name
 the reference only. This module stays light (no YAML, gevent, Docker or
@@ -29,7 +30,7 @@ from pathlib import Path
 from typing import Protocol
 
 from relay.config import STATE_DIR
-from relay.errors import SecretError, SourceError, reason
+from relay.errors import SecretError, reason
 from relay.files import private_directory, sync_directory, write_atomically
 from relay.names import secret_name_problem
 
@@ -68,21 +69,19 @@ def value_problem(data):
 class FileSecretStore:
     """The local provider: one file per secret in *directory*."""
 
-    def __init__(self, directory=SECRETS_DIR):
+    def __init__(self, directory=SECRETS_DIR, webhook_secret=None):
         """Opening the store narrows an existing directory to 0700 (an older Relay, or someone
-        by hand, may have left it readable by others); one it cannot change is left as it is."""
+        by hand, may have left it readable by others); one it cannot change is left as it is.
+        *webhook_secret()* names the secret that signs webhook deliveries, or None."""
         self.directory = Path(directory)
+        self._webhook_secret = webhook_secret
         with suppress(FileNotFoundError, NotADirectoryError, PermissionError):
             if os.stat(self.directory).st_mode & 0o077:
                 os.chmod(self.directory, 0o700)
 
     def webhook_secret(self):
-        """The name of the secret that signs webhook deliveries, or None.
-
-        It is read from the git source next to the store (<state>/git/source.json)
-        every time, so a ``relay git set`` made after start counts at once.
-        """
-        return webhook_secret_name(self.directory.parent)
+        """The name of the secret that signs webhook deliveries, or None; asked at every call."""
+        return self._webhook_secret() if self._webhook_secret is not None else None
 
     def get(self, name):
         path = self._path(name)
@@ -138,19 +137,6 @@ class FileSecretStore:
         if problem:
             raise SecretError(problem)
         return self.directory / name
-
-
-def webhook_secret_name(state_dir):
-    """The webhook's secret name in the git source under *state_dir*, or None (none configured,
-    or a source file so broken that neither git sync nor the webhook uses it)."""
-    from relay.gitsync.layout import Layout
-    from relay.gitsync.source import load_source
-
-    try:
-        source = load_source(Layout(state_dir=Path(state_dir)))
-    except SourceError:
-        return None
-    return source.webhook_secret if source is not None else None
 
 
 def environment(function, provider):
