@@ -63,10 +63,10 @@ class Reconciler:
     def __init__(self, functions_dir, builder, catalog, *, retire=None, on_change=None, offload=None,
                  webhook_secret=None, rescan_interval=RESCAN_INTERVAL, parallel=PARALLEL, clock=now):
         """*retire(tag)* disposes of an image that stopped being active; *on_change(statuses)*
-        receives every FunctionStatus, sorted by name, whenever one changes; *offload(function, *args)* runs
-        a blocking call (hashing a directory, loading a template) away from the hub;
-        *webhook_secret()* names the secret no template may use (default: the git source
-        under /var/lib/relay)."""
+        receives every FunctionStatus, sorted by name, whenever one changes;
+        *offload(function, *args)* runs a blocking call (hashing a directory, loading a
+        template) away from the hub; *webhook_secret()* names the secret no template may
+        use (default: the git source under /var/lib/relay)."""
         self.root = Path(functions_dir)
         self.builder = builder
         self.catalog = catalog
