@@ -118,12 +118,14 @@ def write_state(directory):
     """A state database as `relay start` leaves it: the example functions, ready, and counters."""
     sys.path.insert(0, str(ROOT))
     from relay.functions import load_function
-    from relay.live.reconciler import describe
-    from relay.view.database import READY, Counters, StateDatabase, Stats, now
+    from relay.live.status import FunctionStatus
+    from relay.view.database import Counters, StateDatabase, Stats, now
+    from relay.view.writer import function_record
 
     moment = now()
     functions = [load_function(path) for path in sorted((ROOT / "examples" / "functions").iterdir())]
-    records = [describe(function, status=READY, updated_at=moment, image=function.image, prepared_at=moment)
+    records = [function_record(FunctionStatus(function, ready=True, updated_at=moment, image=function.image,
+                                              prepared_at=moment))
                for function in functions]
     counters = Counters(events_processed=1200, handler_successes=1190, handler_failures=10, retries=8)
     database = StateDatabase(directory / "db.sqlite3")

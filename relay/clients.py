@@ -10,7 +10,7 @@ from docker.errors import DockerException
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from relay.errors import DependencyError
+from relay.errors import DependencyError, reason
 
 CONNECT_TIMEOUT = 5.0  # seconds for a first answer; fail fast, not forever
 
@@ -40,7 +40,8 @@ def ping_redis(client, settings):
     try:
         client.ping()
     except redis.RedisError as error:
-        raise DependencyError(f"Redis at {settings.redacted} is unreachable: {_reason(error)}") from None
+        raise DependencyError(f"Redis at {settings.redacted} is unreachable: "
+                              f"{reason(error, innermost=True, limit=300)}") from None
 
 
 def connect_docker(docker_env):
@@ -50,21 +51,9 @@ def connect_docker(docker_env):
         client = docker.from_env(environment=dict(docker_env), version="auto", timeout=CONNECT_TIMEOUT)
         client.ping()
     except DockerException as error:
-        raise DependencyError(f"Docker engine at {where} is unreachable: {_reason(error)}") from None
+        raise DependencyError(f"Docker engine at {where} is unreachable: "
+                              f"{reason(error, innermost=True, limit=300)}") from None
     except Exception as error:  # docker-py lets requests' and urllib3's errors through
-        raise DependencyError(f"Docker engine at {where} is unreachable: {_reason(error)}") from None
+        raise DependencyError(f"Docker engine at {where} is unreachable: "
+                              f"{reason(error, innermost=True, limit=300)}") from None
     return client
-
-
-def _reason(error):
-    """The innermost cause's words: 'Connection refused' beats three wrappers."""
-    seen = error
-    while True:
-        inner = seen.__cause__ or seen.__context__
-        if inner is None:
-            break
-        seen = inner
-    if isinstance(seen, OSError) and seen.strerror:
-        return seen.strerror
-    text = str(seen) or type(seen).__name__
-    return text if len(text) <= 300 else text[:297] + "..."

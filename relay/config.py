@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from urllib.parse import unquote, urlsplit
 
-from relay.durations import DurationError, parse_duration
-from relay.errors import ConfigError
+from relay.durations import parse_duration
+from relay.errors import ConfigError, DurationError
 from relay.quoting import quote, shorten
 
 FUNCTIONS_DIR = "/functions"

@@ -6,6 +6,8 @@ Templates and REDIS_STREAM_RETENTION were specified for a Go program, so
 nanoseconds, like Go's ``time.Duration``.
 """
 
+from relay.errors import DurationError
+
 NANOSECOND = 1
 MICROSECOND = 1000 * NANOSECOND
 MILLISECOND = 1000 * MICROSECOND
@@ -24,10 +26,6 @@ _UNITS = {
     "h": HOUR,
 }
 _LIMIT = 1 << 63  # magnitude of the most negative int64
-
-
-class DurationError(ValueError):
-    """A string that Go's time.ParseDuration would reject."""
 
 
 def parse_duration(text):

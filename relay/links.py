@@ -7,7 +7,7 @@ stays inside when ``os.path.realpath`` of it lies in the real path of the
 function directory. Every place that copies, archives or reads function files
 asks here, and a link that leads outside is named, never followed.
 
-Plain standard library, no Relay imports: the loader, the runtime and git
+Plain standard library and relay.errors: the loader, the runtime and git
 sync all use it.
 """
 
@@ -15,9 +15,7 @@ import os
 import stat
 from pathlib import Path
 
-
-class LinkOutside(OSError):
-    """A file of a function is, or is reached through, a link that leads outside the function."""
+from relay.errors import LinkOutside
 
 
 def leads_outside(root, path):

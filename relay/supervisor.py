@@ -133,7 +133,8 @@ class Supervisor:
         from relay.runtime.executor import Executor
         from relay.runtime.leases import ImageLeases
         from relay.runtime.sweep import Leftovers, sweep_orphans
-        from relay.secrets.store import FileSecretStore, environment
+        from relay.gitsync.webhook_secret import secret_store
+        from relay.secrets.store import environment
         from relay.stream.consumer import Buffer, Consumer
         from relay.stream.dispatcher import Dispatcher
         from relay.stream.group import ensure_group
@@ -148,7 +149,7 @@ class Supervisor:
         self._spawn_services([leftovers])
         self.catalog = Catalog()
         self.leases = ImageLeases()
-        self.secrets = secrets = FileSecretStore(self.secrets_dir) if self.secrets_dir else FileSecretStore()
+        self.secrets = secrets = secret_store(self.secrets_dir) if self.secrets_dir else secret_store()
         self._load_functions()
 
         ensure_group(client, config.stream, config.group)
@@ -211,7 +212,7 @@ class Supervisor:
         log.info("Loaded functions", extra={"ready": len(self.catalog.snapshot()), "found": found})
         # Old versions of what is loaded now, and images of functions removed while Relay was down.
         collect_garbage(docker, active_images, self.leases,
-                        functions={*active_images, *self.reconciler.records, *known_before})
+                        functions={*active_images, *self.reconciler.statuses, *known_before})
         self._spawn_services([self.reconciler])
 
     def _start_services(self):

@@ -13,18 +13,18 @@ from dataclasses import dataclass
 
 import pytest
 
-from relay.live.catalog import ActiveFunction, Catalog
 from relay.durations import MINUTE, SECOND
 from relay.functions import parse_template
 from relay.functions.function import Function
+from relay.live.catalog import ActiveFunction, Catalog
 from relay.metrics.prometheus import Metrics
 from relay.stream import markers
 from relay.stream.consumer import Buffer, Consumer
 from relay.stream.dispatcher import Dispatcher
 from relay.stream.group import ensure_group
+from relay.stream.invocations import InvocationStore
 from relay.stream.settle import Settler, dlq_stream
 from relay.stream.slots import Slots
-from relay.stream.invocations import InvocationStore
 
 STREAM, GROUP, CONSUMER = "events", "relay", "worker-1"
 T0 = 1_800_000_000 * SECOND
@@ -343,7 +343,7 @@ def test_an_entry_waits_for_a_matching_function_whose_first_build_failed(redis_c
 
 
 def test_missing_secret_fails_the_invocation(redis_client):
-    from relay.secrets.store import SecretError
+    from relay.errors import SecretError
 
     def environment(fn):
         raise SecretError("secret 'api-key' is not in the secret store")

@@ -9,10 +9,10 @@ from relay.durations import (
     MINUTE,
     NANOSECOND,
     SECOND,
-    DurationError,
     format_duration,
     parse_duration,
 )
+from relay.errors import DurationError
 
 ACCEPTED = [
     ("0", 0), ("5s", 5 * SECOND), ("30s", 30 * SECOND), ("1478s", 1478 * SECOND),

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from relay.errors import TemplateError
-from relay.functions import MissingTemplate, fingerprint_directory, load_function
+from relay.errors import MissingTemplate, TemplateError
+from relay.functions import fingerprint_directory, load_function
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "functions"
 

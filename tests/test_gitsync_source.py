@@ -5,7 +5,7 @@ import stat
 
 import pytest
 
-from relay.gitsync.errors import SourceError
+from relay.errors import SourceError
 from relay.gitsync.layout import Layout
 from relay.gitsync.source import (
     Source,

@@ -17,9 +17,9 @@ import gevent
 import pytest
 
 from relay.config import ListenAddress
+from relay.errors import SourceError, WebhookBindError
 from relay.gitsync import webhook as webhook_module
 from relay.gitsync.delivery import parse_payload, push_mismatch, signature_valid
-from relay.gitsync.errors import SourceError, WebhookBindError
 from relay.gitsync.layout import Layout
 from relay.gitsync.source import make_source, save_source
 from relay.gitsync.webhook import webhook_service

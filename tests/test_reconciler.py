@@ -10,7 +10,8 @@ from gevent.event import Event
 
 from relay.live.catalog import Catalog
 from relay.live.reconciler import ActiveImages, Reconciler
-from relay.view.database import FAILED, PENDING, READY, SUCCESS
+from relay.live.status import Outcome
+from relay.view.writer import function_record
 from tests.support.reconciler import TEMPLATE, Builder, write
 
 
@@ -62,13 +63,13 @@ def test_startup_load_serves_valid_functions_and_skips_the_rest(root, world, cap
     with caplog.at_level(logging.DEBUG, logger="relay.live.reconciler"):
         assert world.reconciler.load_all() == 5
     assert world.names() == ["good"]
-    records = world.reconciler.records
-    assert sorted(records) == ["good", "unbuildable"]
-    assert (records["good"].status, records["good"].last_reconcile_status) == (READY, SUCCESS)
-    pending = records["unbuildable"]
-    assert (pending.status, pending.last_reconcile_status, pending.image, pending.fingerprint) == (
-        PENDING, FAILED, None, None)
-    assert "boom" in pending.last_error and pending.runtime == "python3.14" and len(pending.handlers) == 2
+    statuses = world.reconciler.statuses
+    assert sorted(statuses) == ["good", "unbuildable"]
+    assert (statuses["good"].ready, statuses["good"].last_outcome) == (True, Outcome.SUCCEEDED)
+    pending = statuses["unbuildable"]
+    assert (pending.ready, pending.last_outcome, pending.image) == (False, Outcome.FAILED, None)
+    template = pending.function.template
+    assert "boom" in pending.last_error and template.runtime == "python3.14" and len(template.rules) == 2
     messages = {record.getMessage(): record for record in caplog.records}
     assert "Invalid function name; directory skipped" in messages
     assert "Invalid function; skipped" in messages and "events" in messages["Invalid function; skipped"].error
@@ -79,11 +80,11 @@ def test_startup_load_serves_valid_functions_and_skips_the_rest(root, world, cap
 def test_an_unchanged_function_is_left_alone_and_nothing_is_recorded(root, world):
     write(root, "good")
     world.reconciler.load_all()
-    before, views = world.reconciler.records["good"], len(world.views)
+    before, views = world.reconciler.statuses["good"], len(world.views)
     world.reconciler.rescan()
     world.reconciler._pool.join()
     assert world.builder.built == ["good"]
-    assert world.reconciler.records["good"] is before and len(world.views) == views
+    assert world.reconciler.statuses["good"] is before and len(world.views) == views
 
 
 def test_a_change_builds_and_swaps_and_retires_the_old_image(root, world):
@@ -97,9 +98,9 @@ def test_a_change_builds_and_swaps_and_retires_the_old_image(root, world):
     assert new != old and new.startswith("relay-fn-good:")
     assert old_snapshot[0].image == old, "a snapshot taken before the swap never changes"
     assert world.retired == [old]
-    record = world.reconciler.records["good"]
-    assert (record.status, record.image, record.last_reconcile_status) == (READY, new, SUCCESS)
-    assert record.fingerprint == world.catalog.snapshot()[0].function.fingerprint and len(record.fingerprint) == 64
+    status = world.reconciler.statuses["good"]
+    assert (status.ready, status.image, status.last_outcome) == (True, new, Outcome.SUCCEEDED)
+    assert status.function is world.catalog.snapshot()[0].function
 
 
 def test_nested_files_count(root, world):
@@ -119,17 +120,17 @@ def test_a_failed_rebuild_keeps_the_previous_version_and_is_retried(root, world)
     world.builder.failing.add("good")
     world.reconciler.reconcile("good")
     assert world.image("good") == serving
-    record = world.reconciler.records["good"]
-    assert (record.status, record.image, record.last_reconcile_status) == (READY, serving, FAILED)
-    assert "boom" in record.last_error
+    status = world.reconciler.statuses["good"]
+    assert (status.ready, status.image, status.last_outcome) == (True, serving, Outcome.FAILED)
+    assert "boom" in status.last_error
 
     world.reconciler.reconcile("good")           # the periodic pass tries a failed build again
     assert world.builder.built.count("good") == 3 and world.image("good") == serving
     world.builder.failing.clear()
     world.reconciler.reconcile("good")
     assert world.image("good") != serving and world.retired == [serving]
-    record = world.reconciler.records["good"]
-    assert (record.last_reconcile_status, record.last_error) == (SUCCESS, None)
+    status = world.reconciler.statuses["good"]
+    assert (status.last_outcome, status.last_error) == (Outcome.SUCCEEDED, None)
 
 
 def test_an_invalid_edit_keeps_the_previous_version_and_is_not_retried_until_it_changes(root, world, caplog):
@@ -143,9 +144,10 @@ def test_an_invalid_edit_keeps_the_previous_version_and_is_not_retried_until_it_
         world.reconciler.reconcile("good")
     assert [record.getMessage() for record in caplog.records] == [
         "Invalid function; the previous version keeps serving"]
-    record = world.reconciler.records["good"]
-    assert (record.status, record.image, record.last_reconcile_status) == (READY, serving, FAILED)
-    assert "python9" in record.last_error and record.runtime == "python3.14" and len(record.handlers) == 2
+    status = world.reconciler.statuses["good"]
+    assert (status.ready, status.image, status.last_outcome) == (True, serving, Outcome.FAILED)
+    template = status.function.template
+    assert "python9" in status.last_error and template.runtime == "python3.14" and len(template.rules) == 2
     assert world.builder.built == ["good"] and world.image("good") == serving
 
 
@@ -157,8 +159,8 @@ def test_reverting_to_the_serving_version_clears_the_failure_without_a_build(roo
     world.reconciler.reconcile("good")
     (root / "good" / "template.yaml").write_text(original)
     world.reconciler.reconcile("good")
-    record = world.reconciler.records["good"]
-    assert (record.last_reconcile_status, record.last_error) == (SUCCESS, None)
+    status = world.reconciler.statuses["good"]
+    assert (status.last_outcome, status.last_error) == (Outcome.SUCCEEDED, None)
     assert world.builder.built == ["good"]
 
 
@@ -171,7 +173,7 @@ def test_a_missing_template_keeps_the_active_version(root, world, caplog):
     with caplog.at_level(logging.INFO, logger="relay.live.reconciler"):
         world.reconciler.reconcile("good")
         world.reconciler.reconcile("good")
-    assert world.image("good") == serving and world.reconciler.records["good"].status == READY
+    assert world.image("good") == serving and world.reconciler.statuses["good"].ready
     assert [record.getMessage() for record in caplog.records] == [
         "Function directory has no template.yaml; the active version keeps serving"]
 
@@ -184,7 +186,7 @@ def test_removal_stops_matching_and_retires_the_image(root, world):
     in_flight = world.catalog.snapshot()
     shutil.rmtree(root / "good")
     world.reconciler.reconcile("good")
-    assert world.names() == ["other"] and "good" not in world.reconciler.records
+    assert world.names() == ["other"] and "good" not in world.reconciler.statuses
     assert world.retired == [serving]
     assert [active.name for active in in_flight] == ["good", "other"], "a running dispatch keeps its snapshot"
     assert [record.name for record in world.views[-1]] == ["other"]
@@ -197,7 +199,7 @@ def test_removing_a_pending_function_drops_its_row(root, world):
     assert [function.name for function in world.catalog.waiting()] == ["flaky"]
     shutil.rmtree(root / "flaky")
     world.reconciler.reconcile("flaky")
-    assert world.reconciler.records == {} and world.retired == []
+    assert world.reconciler.statuses == {} and world.retired == []
     assert world.catalog.waiting() == ()
 
 
@@ -207,11 +209,11 @@ def test_a_new_function_is_pending_while_it_builds_then_ready(root, world):
     world.builder.gate = Event()
     running = gevent.spawn(world.reconciler.reconcile, "fresh")
     gevent.sleep(0.05)
-    assert world.names() == [] and world.reconciler.records["fresh"].status == PENDING
-    assert world.reconciler.records["fresh"].last_reconcile_status is None
+    assert world.names() == [] and not world.reconciler.statuses["fresh"].ready
+    assert world.reconciler.statuses["fresh"].last_outcome is None
     world.builder.gate.set()
     running.get(timeout=5)
-    assert world.names() == ["fresh"] and world.reconciler.records["fresh"].status == READY
+    assert world.names() == ["fresh"] and world.reconciler.statuses["fresh"].ready
 
 
 def test_a_pending_function_becomes_ready_on_a_later_pass(root, world):
@@ -222,10 +224,10 @@ def test_a_pending_function_becomes_ready_on_a_later_pass(root, world):
     world.builder.failing.clear()
     world.reconciler.rescan()
     world.reconciler._pool.join()
-    record = world.reconciler.records["flaky"]
-    assert (record.status, record.last_reconcile_status, record.last_error) == (READY, SUCCESS, None)
+    status = world.reconciler.statuses["flaky"]
+    assert (status.ready, status.last_outcome, status.last_error) == (True, Outcome.SUCCEEDED, None)
     assert world.names() == ["flaky"] and world.catalog.waiting() == ()
-    assert record.prepared_at is not None
+    assert status.prepared_at is not None
 
 
 def test_requests_during_a_reconcile_coalesce_into_one_more_pass(root, world):
@@ -239,7 +241,7 @@ def test_requests_during_a_reconcile_coalesce_into_one_more_pass(root, world):
     world.builder.gate.set()
     world.reconciler._pool.join(timeout=5)
     assert world.builder.built == ["good", "good"]
-    assert world.catalog.snapshot()[0].function.fingerprint == world.reconciler.records["good"].fingerprint
+    assert world.catalog.snapshot()[0].function is world.reconciler.statuses["good"].function
 
 
 def test_an_unexpected_error_is_a_failed_reconcile_not_a_crash(root, world, caplog):
@@ -251,7 +253,7 @@ def test_an_unexpected_error_is_a_failed_reconcile_not_a_crash(root, world, capl
     write(root, "good")
     with caplog.at_level(logging.ERROR, logger="relay.live.reconciler"):
         assert reconciler.load_all() == 1
-    assert reconciler.records["good"].last_error == "disk full"
+    assert reconciler.statuses["good"].last_error == "disk full"
     assert "Preparing the function's image failed unexpectedly" in caplog.text
 
 
@@ -268,7 +270,7 @@ secrets:
   DATABASE_URL: database-url
 """)
     world.reconciler.load_all()
-    record = world.reconciler.records["configured"]
+    record = function_record(world.reconciler.statuses["configured"])
     assert record.env == {"API_URL": "https://api.example.com"}
     assert record.secrets == {"DATABASE_URL": "database-url"}
     assert [(item.kind, item.handler, item.timeout, item.cron, item.timezone) for item in record.handlers] == [

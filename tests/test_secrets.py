@@ -7,12 +7,12 @@ from pathlib import Path
 
 import pytest
 
+from relay.errors import SecretError
 from relay.functions import load_function
 from relay.secrets.store import (
     MAX_VALUE_BYTES,
     SECRETS_DIR,
     FileSecretStore,
-    SecretError,
     environment,
 )
 

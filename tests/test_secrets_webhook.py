@@ -6,13 +6,14 @@ import stat
 
 import pytest
 
-from relay.errors import TemplateError
+from relay.errors import SecretError, TemplateError
 from relay.functions import load_function
 from relay.gitsync.layout import Layout
 from relay.gitsync.source import make_source, save_source
+from relay.gitsync.webhook_secret import secret_store, webhook_secret_name
 from relay.live.catalog import Catalog
 from relay.live.reconciler import Reconciler
-from relay.secrets.store import FileSecretStore, SecretError, environment, webhook_secret_name
+from relay.secrets.store import FileSecretStore, environment
 from tests.support.commands import relay_secret
 from tests.support.reconciler import Builder, write
 
@@ -61,7 +62,7 @@ def test_the_reconciler_reads_the_webhook_secret_from_the_git_source_at_every_lo
 
 
 def test_no_invocation_gets_the_webhook_secret_even_when_it_was_named_after_the_load(tmp_path, state):
-    store = FileSecretStore(state / "secrets")
+    store = secret_store(state / "secrets")
     store.set("github-webhook", b"hmac-key-must-not-leak")
     store.set("api-token", b"token")
     function = load_function(write(tmp_path, "hooked", template=TEMPLATE))
@@ -77,7 +78,8 @@ def test_no_invocation_gets_the_webhook_secret_even_when_it_was_named_after_the_
 def test_a_broken_git_source_names_no_webhook_secret(state):
     (state / "git").mkdir()
     (state / "git" / "source.json").write_text("{not json")
-    assert FileSecretStore(state / "secrets").webhook_secret() is None
+    assert secret_store(state / "secrets").webhook_secret() is None
+    assert webhook_secret_name(state) is None
 
 
 @pytest.mark.integration  # runs Relay as a process

@@ -7,6 +7,7 @@ from datetime import UTC, datetime
 
 import pytest
 
+from relay.errors import StateError
 from relay.view.database import (
     EVENT,
     FAILED,
@@ -18,7 +19,6 @@ from relay.view.database import (
     FunctionRecord,
     HandlerRecord,
     StateDatabase,
-    StateError,
     StateReader,
     Stats,
     rfc3339,

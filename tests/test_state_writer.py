@@ -5,16 +5,49 @@ import threading
 import time
 from datetime import UTC, datetime
 from itertools import pairwise
+from pathlib import Path
 
 import gevent
 import pytest
 
+from relay.errors import StateError
+from relay.functions import Function, parse_template
+from relay.live.status import FunctionStatus, Outcome
 from relay.metrics.prometheus import Metrics
-from relay.view.database import PENDING, Counters, FunctionRecord, StateDatabase, StateError, StateReader
-from relay.view.writer import StateWriter, previous_functions, stats_snapshot
+from relay.view.database import (
+    FAILED,
+    PENDING,
+    READY,
+    SUCCESS,
+    Counters,
+    FunctionRecord,
+    HandlerRecord,
+    StateDatabase,
+    StateReader,
+)
+from relay.view.writer import StateWriter, function_record, previous_functions, stats_snapshot
 
 T0 = datetime(2026, 9, 8, 12, 0, 0, tzinfo=UTC)
-RECORD = FunctionRecord(name="fn", runtime="python3.14", status=PENDING, updated_at=T0)
+T1 = datetime(2026, 9, 8, 12, 0, 5, tzinfo=UTC)
+TEMPLATE = """
+runtime: python3.14
+events:
+  - handler: app.handler
+    pattern: {kind: [a]}
+schedules:
+  - handler: jobs.report
+    cron: "0 8 * * 1-5"
+    timezone: Europe/Rome
+    timeout: 20s
+env:
+  API_URL: https://api.example.com
+secrets:
+  DATABASE_URL: database-url
+"""
+FUNCTION = Function(name="fn", directory=Path("/functions/fn"), template=parse_template(TEMPLATE),
+                    fingerprint="f" * 64)
+STATUS = FunctionStatus(FUNCTION, ready=False, updated_at=T0)
+RECORD = function_record(STATUS)
 
 
 def busy_metrics():
@@ -35,6 +68,28 @@ def busy_metrics():
     return metrics
 
 
+def test_a_pending_function_s_row_has_its_template_and_no_image_or_fingerprint():
+    assert RECORD == FunctionRecord(
+        name="fn", runtime="python3.14", status=PENDING, updated_at=T0,
+        env={"API_URL": "https://api.example.com"}, secrets={"DATABASE_URL": "database-url"},
+        handlers=(HandlerRecord(handler="app.handler", timeout="6s"),
+                  HandlerRecord(handler="jobs.report", timeout="20s", kind="schedule", cron="0 8 * * 1-5",
+                                timezone="Europe/Rome")))
+
+
+def test_a_ready_function_s_row_has_its_image_fingerprint_and_last_reconcile():
+    status = FunctionStatus(FUNCTION, ready=True, updated_at=T1, image="relay-fn-fn:ffff", prepared_at=T1,
+                            last_reconcile_at=T1, last_outcome=Outcome.SUCCEEDED)
+    record = function_record(status)
+    assert (record.status, record.image, record.fingerprint, record.prepared_at) == (
+        READY, "relay-fn-fn:ffff", "f" * 64, T1)
+    assert (record.last_reconcile_at, record.last_reconcile_status, record.last_error) == (T1, SUCCESS, None)
+    failed = function_record(FunctionStatus(FUNCTION, ready=False, updated_at=T1, last_reconcile_at=T1,
+                                            last_outcome=Outcome.FAILED, last_error="boom"))
+    assert (failed.status, failed.fingerprint, failed.last_reconcile_status, failed.last_error) == (
+        PENDING, None, FAILED, "boom")
+
+
 def test_the_snapshot_is_the_registry_s_absolute_values():
     stats, per_function = stats_snapshot(busy_metrics(), T0)
     assert stats.counters == Counters(7, 5, 2, 1, 1)
@@ -52,7 +107,7 @@ def test_the_loop_writes_the_view_at_once_and_the_counters_every_interval(tmp_pa
     metrics = busy_metrics()
     writer = StateWriter(StateDatabase(path), metrics, interval=0.2)
     loop = gevent.spawn(writer.loop)
-    writer.functions_changed([RECORD])
+    writer.functions_changed([STATUS])
     gevent.sleep(0.1)
     reader = StateReader(path)
     assert reader.functions() == [RECORD] and reader.stats().updated_at is None
@@ -70,7 +125,7 @@ def test_the_final_flush_writes_the_latest_and_closes(tmp_path):
     path = tmp_path / "db.sqlite3"
     metrics = busy_metrics()
     writer = StateWriter(StateDatabase(path), metrics, interval=60)
-    writer.functions_changed([RECORD])
+    writer.functions_changed([STATUS])
     metrics.dlq_entries.inc(5)
     writer.final_flush(timeout=5)
     reader = StateReader(path)
@@ -131,7 +186,7 @@ def test_an_unusable_database_is_logged_once_and_retried(tmp_path, caplog):
     blocker.write_text("")
     database = StateDatabase(blocker / "db.sqlite3")
     writer = StateWriter(database, Metrics(), interval=60)
-    writer.functions_changed([RECORD])
+    writer.functions_changed([STATUS])
     with caplog.at_level(logging.INFO, logger="relay.view.writer"):
         writer.flush()
         writer.flush()

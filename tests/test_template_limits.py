@@ -11,8 +11,8 @@ from relay.functions import load_function, parse_template
 from relay.functions.document import MAX_DEPTH, MAX_NODES, MAX_TEMPLATE_BYTES
 from relay.live.catalog import Catalog
 from relay.live.reconciler import Reconciler
+from relay.live.status import Outcome
 from relay.quoting import QUOTE_LIMIT, quote
-from relay.view.database import FAILED
 from tests.support.reconciler import Builder, write
 from tests.support.templates import HEAD, alias_bomb
 
@@ -169,6 +169,6 @@ def test_a_slow_load_runs_off_the_hub_so_other_greenlets_keep_ticking(tmp_path, 
     finally:
         ticking.kill()
     assert during >= 20, f"the hub stalled while the templates loaded ({during} ticks in about 1 s)"
-    records = reconciler.records
+    statuses = reconciler.statuses
     assert [active.name for active in reconciler.catalog.snapshot()] == ["slow"]
-    assert "bomb" not in records or records["bomb"].last_reconcile_status == FAILED
+    assert "bomb" not in statuses or statuses["bomb"].last_outcome is Outcome.FAILED

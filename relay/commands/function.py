@@ -4,8 +4,9 @@ They read the state database file and nothing else, so they work while
 Relay or Redis is down.
 """
 
+from relay.errors import UnknownFunction
 from relay.view.database import DB_PATH, StateReader
-from relay.view.report import UnknownFunction, now, print_report, render_function, render_function_list
+from relay.view.report import now, print_report, render_function, render_function_list
 
 
 def run(args, path=None):

@@ -8,8 +8,7 @@ line on stderr, prefixed with the command, and exit 1.
 import shutil
 import sys
 
-from relay.gitsync.errors import GitSyncError
-from relay.gitsync.files import reason
+from relay.errors import GitSyncError, reason
 from relay.gitsync.layout import Layout
 
 NOTHING_CONFIGURED = "No git source configured."

@@ -9,12 +9,14 @@ the secret that signs webhook deliveries (``relay git set --webhook-secret``).
 
 import sys
 
-from relay.secrets.store import MAX_VALUE_BYTES, FileSecretStore, SecretError, secret_name_problem
+from relay.errors import SecretError
+from relay.gitsync.webhook_secret import secret_store
+from relay.secrets.store import MAX_VALUE_BYTES, secret_name_problem
 
 
 def run(args, store=None, stdin=None):
     """Run one ``relay secret`` command from docopt's *args*; return the exit code."""
-    store = FileSecretStore() if store is None else store
+    store = secret_store() if store is None else store
     stdin = sys.stdin if stdin is None else stdin
     name = args["<name>"]
     command = next(word for word in ("ls", "set", "rm") if args[word])

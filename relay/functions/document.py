@@ -20,7 +20,8 @@ pattern shared by two rules. The duplicate-key walk visits every node once.
 
 import yaml
 
-from relay.functions.problems import InvalidTemplate, TemplateTooLarge, join
+from relay.errors import InvalidTemplate, TemplateTooLarge
+from relay.functions.problems import join
 
 MAX_TEMPLATE_BYTES = 64 * 1024
 MAX_NODES = 10_000

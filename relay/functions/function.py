@@ -9,20 +9,16 @@ Relay and is never handed to a function.
 from dataclasses import dataclass
 from pathlib import Path
 
-from relay.errors import TemplateError
+from relay.errors import InvalidTemplate, MissingTemplate, TemplateError, TemplateTooLarge
 from relay.functions.document import MAX_TEMPLATE_BYTES, too_large
 from relay.functions.fingerprint import TAG_LENGTH, fingerprint_directory
-from relay.functions.problems import InvalidTemplate, TemplateTooLarge, join
+from relay.functions.problems import join
 from relay.functions.template import Template, parse_template
 from relay.links import links_outside
 from relay.names import function_name_problem
 from relay.secrets.store import WEBHOOK_REFUSAL
 
 TEMPLATE_FILE = "template.yaml"
-
-
-class MissingTemplate(TemplateError):
-    """The directory has no template.yaml (yet): not a function, or not ready."""
 
 
 @dataclass(frozen=True, eq=False)

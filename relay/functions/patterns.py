@@ -20,8 +20,9 @@ import re
 import time
 from datetime import date, datetime, timezone
 
-from relay.durations import DurationError, parse_duration
-from relay.functions.problems import InvalidTemplate, Problems, join, reason, show
+from relay.durations import parse_duration
+from relay.errors import DurationError
+from relay.functions.problems import Problems, join, reason, show
 from relay.quoting import shorten
 
 OPERATORS = ("equals", "prefix", "suffix", "exists", "gt", "gte", "lt", "lte")

@@ -3,13 +3,12 @@
 Messages stay short whatever the template holds: values are quoted through
 ``show`` (about 100 characters at most), a field name in a path is cut the
 same way, a message is capped as a backstop, and an error lists at most
-MAX_LISTED problems, then says how many more there are.
+MAX_LISTED problems, then says how many more there are (relay.errors.InvalidTemplate).
 """
 
-from relay.errors import TemplateError
+from relay.errors import InvalidTemplate
 from relay.quoting import QUOTE_LIMIT, quote, shorten
 
-MAX_LISTED = 20
 MAX_MESSAGE = 3 * QUOTE_LIMIT
 
 
@@ -28,29 +27,6 @@ class Problems:
 
     def __len__(self):
         return len(self.items)
-
-
-class InvalidTemplate(TemplateError):
-    """A template or pattern with one or more problems, all counted, the first MAX_LISTED listed."""
-
-    def __init__(self, source, problems):
-        self.source = source
-        self.problems = tuple(problems)
-        count = len(self.problems)
-        lines = [f"{source}: {count} problem{'s' if count != 1 else ''}"]
-        lines += [f"  {path}: {message}" if path else f"  {message}" for path, message in self.problems[:MAX_LISTED]]
-        if count > MAX_LISTED:
-            lines.append(f"  ... and {count - MAX_LISTED} more")
-        super().__init__("\n".join(lines))
-
-
-class TemplateTooLarge(InvalidTemplate):
-    """A template past a limit (bytes, expanded nodes, nesting depth): refused before it is built."""
-
-    def __init__(self, source, problem):
-        TemplateError.__init__(self, f"{source}: {problem}")
-        self.source = source
-        self.problems = (("", problem),)
 
 
 def join(path, key):

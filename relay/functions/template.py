@@ -16,7 +16,8 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import yaml
 
-from relay.durations import MINUTE, SECOND, DurationError, format_duration, parse_duration
+from relay.durations import MINUTE, SECOND, format_duration, parse_duration
+from relay.errors import DurationError
 from relay.names import env_name_problem, secret_name_problem
 from relay.functions.document import load_document
 from relay.functions.patterns import Pattern, compile_pattern

@@ -23,8 +23,8 @@ from pathlib import Path
 
 import git
 
-from relay.gitsync.errors import GitSyncError, SourceError
-from relay.gitsync.files import private_directory, reason
+from relay.errors import GitSyncError, SourceError, reason
+from relay.files import private_directory
 from relay.gitsync.source import remote_refs
 
 _COMMIT = re.compile(r"[0-9a-f]{4,64}")

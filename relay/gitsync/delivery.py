@@ -15,15 +15,11 @@ import hmac
 import json
 from urllib.parse import parse_qs, urlsplit
 
-from relay.gitsync.errors import SourceError
+from relay.errors import MalformedDelivery, SourceError
 from relay.gitsync.source import normalize_repository_path, parse_ssh_url, remote_refs
 
 SIGNATURE_HEADER = "X-Hub-Signature-256"
 _URL_KEYS = ("ssh_url", "clone_url", "git_url", "url", "html_url")
-
-
-class MalformedDelivery(ValueError):
-    """The body is not a GitHub payload Relay can read."""
 
 
 def signature_valid(secret, body, header):

@@ -11,8 +11,8 @@ import base64
 import hashlib
 import socket
 
-from relay.gitsync.errors import DeployKeyError
-from relay.gitsync.files import private_directory, reason, write_atomically
+from relay.errors import DeployKeyError, reason
+from relay.files import private_directory, write_atomically
 
 
 def generate_key(layout, force=False):

@@ -22,8 +22,8 @@ import socket
 
 import paramiko
 
-from relay.gitsync.errors import GitSyncError, HostKeyError
-from relay.gitsync.files import private_directory, reason, write_atomically
+from relay.errors import GitSyncError, HostKeyError, reason
+from relay.files import private_directory, write_atomically
 
 CONNECT_TIMEOUT = 15.0  # seconds, for the TCP connection and for the handshake each
 

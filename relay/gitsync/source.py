@@ -14,8 +14,8 @@ import re
 from dataclasses import asdict, dataclass
 from urllib.parse import urlsplit
 
-from relay.gitsync.errors import SourceError
-from relay.gitsync.files import private_directory, reason, write_atomically
+from relay.errors import SourceError, reason
+from relay.files import private_directory, write_atomically
 from relay.names import secret_name_problem
 
 DEFAULT_REF = "main"

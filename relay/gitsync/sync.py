@@ -16,9 +16,9 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from relay.errors import DeployKeyError, SourceError
+from relay.files import private_directory
 from relay.gitsync.checkout import update_checkout
-from relay.gitsync.errors import DeployKeyError, SourceError
-from relay.gitsync.files import private_directory
 from relay.gitsync.history import record_last_sync
 from relay.gitsync.known_hosts import verify_host
 from relay.gitsync.materialize import Changes, find_functions, replace_functions

@@ -28,13 +28,13 @@ import os
 import bottle
 from gevent.event import Event
 
-from relay.gitsync.coalesce import CoalescingRunner
-from relay.gitsync.delivery import SIGNATURE_HEADER, MalformedDelivery, parse_payload, push_mismatch, signature_valid
-from relay.gitsync.errors import WebhookBindError
+from relay.coalesce import CoalescingRunner
+from relay.errors import MalformedDelivery, SecretError, WebhookBindError
+from relay.gitsync.delivery import SIGNATURE_HEADER, parse_payload, push_mismatch, signature_valid
 from relay.gitsync.layout import Layout
 from relay.gitsync.source import load_source
 from relay.http_server import BoundedWSGIServer
-from relay.secrets.store import FileSecretStore, SecretError
+from relay.secrets.store import FileSecretStore
 
 log = logging.getLogger("relay.gitsync")
 
@@ -55,11 +55,15 @@ def webhook_service(address, *, layout=None, secrets=None, job=None):
     if job is None:
         from relay.gitsync.sync_process import run_sync_process as job
     secrets = secrets or FileSecretStore()
-    runner = CoalescingRunner(job)
+    runner = CoalescingRunner(lambda _key: job(), _sync_failed)
     server = WebhookServer(address, webhook_app(source, secrets, runner), runner)
     server.listen()
     _warn_about_the_secret(source, secrets, address)
     return server
+
+
+def _sync_failed(_key):
+    log.exception("Git sync failed unexpectedly")
 
 
 def _warn_about_the_secret(source, secrets, address):
@@ -143,8 +147,15 @@ class WebhookServer:
         self.stopping.set()
         if self.server is not None:
             self.server.stop(timeout=5)
-            self.runner.stop(STOP_GRACE)
+            self._stop_sync()
             log.info("Webhook http server stopped", extra={"addr": str(self.address)})
+
+    def _stop_sync(self):
+        """Take no more deliveries; let a running sync finish within STOP_GRACE, then kill it."""
+        self.runner.stop()
+        if not self.runner.join(STOP_GRACE):
+            log.warning("Git sync still running at shutdown; stopped", extra={"waited": f"{STOP_GRACE:g}s"})
+            self.runner.kill(timeout=5)
 
 
 def _body(environ):

@@ -13,7 +13,9 @@ any, serving and is recorded as the last reconcile; a failed build is tried
 again on the next change or periodic pass, the same invalid content only
 when it changes. A new function starts matching once its image is built.
 The catalog swaps its snapshot atomically, so a dispatch that is running
-keeps the version it started with.
+keeps the version it started with. Whatever changes is reported to
+*on_change* as the FunctionStatus of every loaded function
+(relay.live.status); the state view builds its rows from them.
 
 Hashing a directory and loading a template (reading, parsing, validating)
 run through *offload*, the hub's thread pool under ``relay start``: a huge
@@ -35,15 +37,15 @@ from pathlib import Path
 from gevent.event import Event
 from gevent.pool import Pool
 
-from relay.live.catalog import ActiveFunction
-from relay.config import STATE_DIR
-from relay.durations import format_duration
-from relay.errors import BuildError, TemplateError
-from relay.functions import MissingTemplate, fingerprint_directory, function_name_problem, load_function
+from relay.coalesce import CoalescingRunner
+from relay.errors import BuildError, MissingTemplate, TemplateError
+from relay.functions import fingerprint_directory, function_name_problem, load_function
 from relay.functions.function import TEMPLATE_FILE
+from relay.gitsync.webhook_secret import webhook_secret_name
+from relay.live.catalog import ActiveFunction
 from relay.live.loading import function_names
-from relay.secrets.store import webhook_secret_name
-from relay.view.database import EVENT, FAILED, PENDING, READY, SCHEDULE, SUCCESS, FunctionRecord, HandlerRecord, now
+from relay.live.status import FunctionStatus, Outcome
+from relay.view.database import now
 
 log = logging.getLogger("relay.live.reconciler")
 
@@ -60,27 +62,26 @@ class _Failure:
 class Reconciler:
     def __init__(self, functions_dir, builder, catalog, *, retire=None, on_change=None, offload=None,
                  webhook_secret=None, rescan_interval=RESCAN_INTERVAL, parallel=PARALLEL, clock=now):
-        """*retire(tag)* disposes of an image that stopped being active; *on_change(records)*
-        receives every FunctionRecord whenever one changes; *offload(function, *args)* runs
-        a blocking call (hashing a directory, loading a template) away from the hub;
-        *webhook_secret()* names the secret no template may use (default: the git source
-        under /var/lib/relay)."""
+        """*retire(tag)* disposes of an image that stopped being active; *on_change(statuses)*
+        receives every FunctionStatus, sorted by name, whenever one changes;
+        *offload(function, *args)* runs a blocking call (hashing a directory, loading a
+        template) away from the hub; *webhook_secret()* names the secret no template may
+        use (default: the git source under /var/lib/relay)."""
         self.root = Path(functions_dir)
         self.builder = builder
         self.catalog = catalog
         self.retire = retire or (lambda tag: None)
-        self.on_change = on_change or (lambda records: None)
+        self.on_change = on_change or (lambda statuses: None)
         self.offload = offload or (lambda function, *args: function(*args))
-        self.webhook_secret = webhook_secret or (lambda: webhook_secret_name(STATE_DIR))
+        self.webhook_secret = webhook_secret or webhook_secret_name
         self.rescan_interval = rescan_interval
         self.clock = clock
-        self.records = {}      # name -> FunctionRecord: the state view
+        self.statuses = {}     # name -> FunctionStatus of every function loaded
         self.stopping = Event()
         self._failures = {}    # name -> _Failure of the last attempt
         self._noted = {}       # name -> the condition last logged for it (invalid, not ready)
-        self._running = set()
-        self._again = set()
         self._pool = Pool(parallel)
+        self._runner = CoalescingRunner(self.reconcile, _reconcile_failed, spawn=self._pool.spawn)
 
     # --- driving ------------------------------------------------------------------
 
@@ -104,41 +105,19 @@ class Reconciler:
                 log.exception("Periodic rescan of the functions failed")
 
     def rescan(self):
-        names = set(function_names(self.root)) | set(self.records) | {active.name for active in self.catalog.snapshot()}
+        names = set(function_names(self.root)) | set(self.statuses) | {active.name for active in self.catalog.snapshot()}
         for name in sorted(names):
             self.request(name)
 
     def stop(self):
         """Take no more requests and abandon reconciles in progress (a swap is one step: none is half done)."""
         self.stopping.set()
+        self._runner.stop()
         self._pool.kill(block=False)
 
     def request(self, name):
-        """Reconcile *name* soon; waits only for a free slot."""
-        if self.stopping.is_set():
-            return
-        if name in self._running:
-            self._again.add(name)
-            return
-        self._running.add(name)
-        try:
-            self._pool.spawn(self._run, name)
-        except BaseException:
-            self._running.discard(name)
-            raise
-
-    def _run(self, name):
-        try:
-            while not self.stopping.is_set():
-                self._again.discard(name)
-                try:
-                    self.reconcile(name)
-                except Exception:
-                    log.exception("Reconcile failed unexpectedly; retried on the next pass", extra={"function": name})
-                if name not in self._again:
-                    return
-        finally:
-            self._running.discard(name)
+        """Reconcile *name* soon (once more after the pass going on, if any); waits only for a free slot."""
+        self._runner.request(name)
 
     # --- one function ---------------------------------------------------------------
 
@@ -192,8 +171,8 @@ class Reconciler:
                 self.catalog.remove(name)   # no longer waiting: its rules are unknown now
             self._fail(name, fingerprint, str(error), retry=False)
             return
-        if name not in self.records:
-            self._set(describe(function, status=PENDING, updated_at=self.clock()))
+        if name not in self.statuses:
+            self._set(FunctionStatus(function, ready=False, updated_at=self.clock()))
         try:
             image = self.builder.prepare(function)
         except Exception as error:
@@ -213,8 +192,8 @@ class Reconciler:
         self.catalog.put(ActiveFunction(function=function, image=image))
         self._failures.pop(function.name, None)
         moment = self.clock()
-        self._set(describe(function, status=READY, image=image, prepared_at=moment, last_reconcile_at=moment,
-                           last_reconcile_status=SUCCESS, updated_at=moment))
+        self._set(FunctionStatus(function, ready=True, image=image, prepared_at=moment, last_reconcile_at=moment,
+                                 last_outcome=Outcome.SUCCEEDED, updated_at=moment))
         attrs = {"function": function.name, "image": image, "handlers": len(function.template.rules),
                  "schedules": len(function.template.schedules)}
         if previous is None:
@@ -225,29 +204,29 @@ class Reconciler:
                 self.retire(previous.image)
 
     def _fail(self, name, fingerprint, error, *, retry, loaded=None):
-        """Record a failed attempt; *loaded* (a function never built) replaces the pending row's details."""
+        """Record a failed attempt; *loaded* (a function never built) replaces the pending version."""
         self._failures[name] = _Failure(fingerprint, retry)
         moment = self.clock()
-        record = describe(loaded, status=PENDING, updated_at=moment) if loaded else self.records.get(name)
-        if record is not None:
-            self._set(replace(record, last_reconcile_at=moment, last_reconcile_status=FAILED, last_error=error,
+        status = FunctionStatus(loaded, ready=False, updated_at=moment) if loaded else self.statuses.get(name)
+        if status is not None:
+            self._set(replace(status, last_reconcile_at=moment, last_outcome=Outcome.FAILED, last_error=error,
                               updated_at=moment))
 
     def _back_to_active(self, name):
         """The directory was reverted to the version that is serving: the failure is over."""
         self._failures.pop(name, None)
-        record = self.records.get(name)
-        if record is not None and record.last_reconcile_status == FAILED:
+        status = self.statuses.get(name)
+        if status is not None and status.last_outcome is Outcome.FAILED:
             moment = self.clock()
-            self._set(replace(record, last_reconcile_at=moment, last_reconcile_status=SUCCESS, last_error=None,
+            self._set(replace(status, last_reconcile_at=moment, last_outcome=Outcome.SUCCEEDED, last_error=None,
                               updated_at=moment))
-            log.info("Function is back to its active version", extra={"function": name, "image": record.image})
+            log.info("Function is back to its active version", extra={"function": name, "image": status.image})
 
     def _remove(self, name):
         active = self.active(name)
         self._failures.pop(name, None)
         self._noted.pop(name, None)
-        known = self.records.pop(name, None) is not None
+        known = self.statuses.pop(name, None) is not None
         if active is None and not known:
             return
         self.catalog.remove(name)
@@ -265,18 +244,22 @@ class Reconciler:
                 return active
         return None
 
-    def _set(self, record):
-        self.records[record.name] = record
+    def _set(self, status):
+        self.statuses[status.name] = status
         self._publish()
 
     def _publish(self):
-        self.on_change([self.records[name] for name in sorted(self.records)])
+        self.on_change([self.statuses[name] for name in sorted(self.statuses)])
 
     def _note(self, name, condition, level, message, **attrs):
         """Log a lasting condition once, not at every pass."""
         if self._noted.get(name) != condition:
             self._noted[name] = condition
             log.log(level, message, extra=attrs)
+
+
+def _reconcile_failed(name):
+    log.exception("Reconcile failed unexpectedly; retried on the next pass", extra={"function": name})
 
 
 class ActiveImages(Mapping):
@@ -297,18 +280,3 @@ class ActiveImages(Mapping):
     def __len__(self):
         return len(self.catalog.snapshot())
 
-
-def describe(function, *, status, updated_at, image=None, prepared_at=None, last_reconcile_at=None,
-             last_reconcile_status=None):
-    """The state row of a loaded function."""
-    template = function.template
-    handlers = tuple(HandlerRecord(handler=rule.handler, timeout=format_duration(rule.timeout), kind=EVENT)
-                     for rule in template.rules)
-    handlers += tuple(HandlerRecord(handler=schedule.handler, timeout=format_duration(schedule.timeout),
-                                    kind=SCHEDULE, cron=schedule.cron, timezone=schedule.timezone)
-                      for schedule in template.schedules)
-    return FunctionRecord(
-        name=function.name, runtime=template.runtime, status=status, updated_at=updated_at, image=image,
-        fingerprint=function.fingerprint if status == READY else None, prepared_at=prepared_at,
-        last_reconcile_at=last_reconcile_at, last_reconcile_status=last_reconcile_status,
-        env=dict(template.env), secrets=dict(template.secrets), handlers=handlers)

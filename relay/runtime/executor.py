@@ -30,7 +30,7 @@ from requests.exceptions import RequestException
 from requests.exceptions import Timeout as RequestsTimeout
 
 from relay.durations import format_duration
-from relay.errors import ExecutionError
+from relay.errors import ExecutionError, reason
 from relay.runtime import protocol
 from relay.runtime.containers import USER, container_name, host_config, labels, remove_container
 from relay.runtime.output import OutputForwarder, prefix
@@ -130,7 +130,7 @@ class _Execution:
             unreachable = self.unreachable = _is_unreachable(error)
             return self._outcome(None, engine_unavailable=unreachable, error=self._describe(
                 f"the Docker engine {'is unreachable' if unreachable else 'failed'}: "
-                f"{redact(_reason(error), invocation.env)}"))
+                f"{redact(reason(error, strerror=False, limit=300), invocation.env)}"))
         finally:
             protocol.close_quietly(handle, getattr(handle, "_sock", None), getattr(handle, "_response", None), wait)
             self._clean_up(exited)
@@ -179,7 +179,8 @@ class _Execution:
         except NotFound:
             raise ExecutionError("the container disappeared before it started") from None
         except DockerException as error:
-            raise ExecutionError(f"the container did not start: {_reason(error)}") from None
+            raise ExecutionError(
+                f"the container did not start: {reason(error, strerror=False, limit=300)}") from None
 
     def _describe(self, reason):
         return f'function "{self.invocation.function}" handler "{self.invocation.handler}": {reason}'
@@ -225,9 +226,3 @@ def redact(text, env):
         for piece in _PRINTABLE_RUN.findall(value):
             text = text.replace(piece, "<redacted>")
     return text
-
-
-def _reason(error):
-    explanation = getattr(error, "explanation", None)
-    text = str(explanation or error).strip() or type(error).__name__
-    return text if len(text) <= 300 else text[:297] + "..."

@@ -34,7 +34,7 @@ from requests.exceptions import RequestException
 from urllib3.exceptions import HTTPError as TransportError
 
 from relay.durations import format_duration
-from relay.errors import BuildError
+from relay.errors import BuildError, reason
 from relay.functions.fingerprint import fingerprint_directory
 from relay.runtime.build_context import dependency_context, function_context
 from relay.runtime.image_gc import collect_garbage, retire_image  # noqa: F401  (the runtime's image API)
@@ -142,8 +142,8 @@ class ImageBuilder:
                 if cutoff.fired:
                     raise BuildError(_failure(tag, function, self._past_deadline(), tail))
         except (DockerException, RequestException, TransportError, OSError) as error:
-            reason = self._past_deadline() if cutoff is not None and cutoff.fired else _reason(error)
-            raise BuildError(_failure(tag, function, reason, tail)) from None
+            why = self._past_deadline() if cutoff is not None and cutoff.fired else reason(error, strerror=False)
+            raise BuildError(_failure(tag, function, why, tail)) from None
         finally:
             if cutoff is not None:
                 cutoff.cancel()
@@ -170,7 +170,7 @@ class ImageBuilder:
         except NotFound:
             return None
         except (DockerException, RequestException) as error:
-            raise BuildError(f"cannot inspect image {tag}: {_reason(error)}") from None
+            raise BuildError(f"cannot inspect image {tag}: {reason(error, strerror=False)}") from None
 
     def _remove_replaced(self, function, existing):
         """Drop the image a rebuild with a new recipe left untagged; in use, it stays."""
@@ -179,7 +179,7 @@ class ImageBuilder:
                 self._api.remove_image(existing["Id"])
         except (DockerException, RequestException) as error:
             log.debug("Replaced image kept", extra={"function": function.name, "image": existing["Id"],
-                                                    "reason": _reason(error)})
+                                                    "reason": reason(error, strerror=False)})
 
 
 def _made_by(image, recipe):
@@ -196,11 +196,6 @@ def _failure(tag, function, reason, tail):
     output = tail.text()
     lines = "\n".join(f"  {line}" for line in output.splitlines()) if output else "  (no output)"
     return f'building image {tag} for function "{function.name}" failed: {reason}\nlast build output:\n{lines}'
-
-
-def _reason(error):
-    explanation = getattr(error, "explanation", None)
-    return str(explanation or error).strip()
 
 
 class _KeyedLocks:

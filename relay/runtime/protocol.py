@@ -18,11 +18,7 @@ read), which works the same with and without gevent.
 import socket
 import time
 
-from relay.errors import ExecutionError
-
-
-class DeadlineExceeded(Exception):
-    """The invocation's deadline passed while Relay was waiting on the engine."""
+from relay.errors import DeadlineExceeded, ExecutionError
 
 
 def attach(api, container_id):

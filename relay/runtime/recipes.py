@@ -14,8 +14,8 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from relay.errors import BuildError
-from relay.links import LinkOutside, read_inside
+from relay.errors import BuildError, LinkOutside
+from relay.links import read_inside
 from relay.runtime.registry import BOOTSTRAP_DIRECTORY, FUNCTION_DIRECTORY
 
 DEPENDENCY_REPOSITORY_PREFIX = "relay-dep-"

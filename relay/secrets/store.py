@@ -16,7 +16,8 @@ secrets for ``relay secret``.
 The secret named by ``relay git set --webhook-secret`` signs webhook
 deliveries; it belongs to Relay, and ``environment`` never hands it to a
 function, whatever the template says (the function loader refuses such a
-template too; see relay.functions.function).
+template too; see relay.functions.function). Which secret that is, the store
+is told (*webhook_secret*) by the part that reads the git source.
 
 Values never appear in an error message, a log line or a repr; errors name
 the reference only. This module stays light (no YAML, gevent, Docker or
@@ -29,16 +30,14 @@ from pathlib import Path
 from typing import Protocol
 
 from relay.config import STATE_DIR
-from relay.errors import RelayError
+from relay.errors import SecretError, reason
+from relay.files import private_directory, sync_directory, write_atomically
 from relay.names import secret_name_problem
 
 SECRETS_DIR = Path(STATE_DIR) / "secrets"
 MAX_VALUE_BYTES = 64 * 1024  # far below what one environment variable may hold
 WEBHOOK_REFUSAL = ("secret {name!r} is the git webhook's HMAC secret (relay git set --webhook-secret) "
                    "and is never handed to a function")
-
-class SecretError(RelayError):
-    """A secret is missing, unreadable, unusable or has an invalid name."""
 
 
 class SecretProvider(Protocol):
@@ -70,21 +69,19 @@ def value_problem(data):
 class FileSecretStore:
     """The local provider: one file per secret in *directory*."""
 
-    def __init__(self, directory=SECRETS_DIR):
+    def __init__(self, directory=SECRETS_DIR, webhook_secret=None):
         """Opening the store narrows an existing directory to 0700 (an older Relay, or someone
-        by hand, may have left it readable by others); one it cannot change is left as it is."""
+        by hand, may have left it readable by others); one it cannot change is left as it is.
+        *webhook_secret()* names the secret that signs webhook deliveries, or None."""
         self.directory = Path(directory)
+        self._webhook_secret = webhook_secret
         with suppress(FileNotFoundError, NotADirectoryError, PermissionError):
             if os.stat(self.directory).st_mode & 0o077:
                 os.chmod(self.directory, 0o700)
 
     def webhook_secret(self):
-        """The name of the secret that signs webhook deliveries, or None.
-
-        It is read from the git source next to the store (<state>/git/source.json)
-        every time, so a ``relay git set`` made after start counts at once.
-        """
-        return webhook_secret_name(self.directory.parent)
+        """The name of the secret that signs webhook deliveries, or None; asked at every call."""
+        return self._webhook_secret() if self._webhook_secret is not None else None
 
     def get(self, name):
         path = self._path(name)
@@ -94,7 +91,7 @@ class FileSecretStore:
         except FileNotFoundError:
             raise SecretError(f"secret {name!r} is not in the secret store") from None
         except OSError as error:
-            raise SecretError(f"secret {name!r} cannot be read: {_reason(error)}") from None
+            raise SecretError(f"secret {name!r} cannot be read: {reason(error)}") from None
         problem = value_problem(data)
         if problem:
             raise SecretError(f"secret {name!r} cannot be used: {problem}")
@@ -107,7 +104,7 @@ class FileSecretStore:
         except FileNotFoundError:
             return []
         except OSError as error:
-            raise SecretError(f"cannot list {self.directory}: {_reason(error)}") from None
+            raise SecretError(f"cannot list {self.directory}: {reason(error)}") from None
         # Temporary files of a write in progress start with a dot, which no secret name does.
         return sorted(entry.name for entry in entries
                       if secret_name_problem(entry.name) is None and entry.is_file())
@@ -118,25 +115,12 @@ class FileSecretStore:
         problem = value_problem(value)
         if problem:
             raise SecretError(f"{problem}; secret {name!r} was not changed")
-        import tempfile  # only writers pay for it; ls and the runner never write
-
         try:
-            self._make_directory()
-            fd, temporary = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=self.directory)
+            if not self.directory.exists():  # a file in its place fails the write: "Not a directory"
+                private_directory(self.directory)
+            write_atomically(path, value, mode=0o600)
         except OSError as error:
-            raise SecretError(f"cannot store secret {name!r} in {self.directory}: {_reason(error)}") from None
-        try:
-            with os.fdopen(fd, "wb") as file:
-                os.fchmod(file.fileno(), 0o600)
-                file.write(value)
-                file.flush()
-                os.fsync(file.fileno())
-            os.replace(temporary, path)
-        except OSError as error:
-            with suppress(OSError):
-                os.unlink(temporary)
-            raise SecretError(f"cannot store secret {name!r} in {self.directory}: {_reason(error)}") from None
-        self._sync_directory()
+            raise SecretError(f"cannot store secret {name!r} in {self.directory}: {reason(error)}") from None
 
     def remove(self, name):
         path = self._path(name)
@@ -145,47 +129,14 @@ class FileSecretStore:
         except FileNotFoundError:
             raise SecretError(f"secret {name!r} is not in the secret store") from None
         except OSError as error:
-            raise SecretError(f"cannot remove secret {name!r}: {_reason(error)}") from None
-        self._sync_directory()
+            raise SecretError(f"cannot remove secret {name!r}: {reason(error)}") from None
+        sync_directory(self.directory)
 
     def _path(self, name):
         problem = secret_name_problem(name)
         if problem:
             raise SecretError(problem)
         return self.directory / name
-
-    def _make_directory(self):
-        if self.directory.is_dir():
-            return
-        self.directory.parent.mkdir(parents=True, exist_ok=True)
-        try:
-            self.directory.mkdir(mode=0o700)
-        except FileExistsError:
-            return  # another writer made it first
-        os.chmod(self.directory, 0o700)  # mkdir's mode is narrowed by the umask; make it exact
-
-    def _sync_directory(self):
-        """Make the rename or unlink itself durable."""
-        with suppress(OSError):
-            fd = os.open(self.directory, os.O_RDONLY | os.O_DIRECTORY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-
-
-def webhook_secret_name(state_dir):
-    """The webhook's secret name in the git source under *state_dir*, or None (none configured,
-    or a source file so broken that neither git sync nor the webhook uses it)."""
-    from relay.gitsync.layout import Layout
-    from relay.gitsync.errors import SourceError
-    from relay.gitsync.source import load_source
-
-    try:
-        source = load_source(Layout(state_dir=Path(state_dir)))
-    except SourceError:
-        return None
-    return source.webhook_secret if source is not None else None
 
 
 def environment(function, provider):
@@ -205,7 +156,3 @@ def environment(function, provider):
         except SecretError as error:
             raise SecretError(f"cannot set {variable}: {error}") from None
     return variables
-
-
-def _reason(error):
-    return error.strerror or type(error).__name__

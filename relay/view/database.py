@@ -24,7 +24,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from relay.config import STATE_DIR
-from relay.errors import RelayError
+from relay.errors import StateError, reason
 
 DB_PATH = Path(STATE_DIR) / "db.sqlite3"
 SCHEMA_VERSION = 1
@@ -82,10 +82,6 @@ CREATE TABLE IF NOT EXISTS function_stats (
     updated_at        TEXT NOT NULL
 );
 """
-
-
-class StateError(RelayError):
-    """The state database cannot be opened, read or written."""
 
 
 # --- records ------------------------------------------------------------------------
@@ -202,7 +198,7 @@ class StateDatabase:
             return functions is not None
         except (sqlite3.Error, OSError) as error:
             self.close()
-            raise StateError(f"{self.path}: {_reason(error)}") from None
+            raise StateError(f"{self.path}: {reason(error, strerror=False)}") from None
 
     def close(self):
         if self._connection is not None:
@@ -313,13 +309,6 @@ def _bounded(text):
     return text[:MAX_ERROR_LENGTH - 15] + "\n… (truncated)"
 
 
-def _reason(error):
-    return str(error) or type(error).__name__
-
-
-# --- reading (the CLI) --------------------------------------------------------------
-
-
 class StateReader:
     """Read-only access for ``relay function`` and ``relay stats``.
 
@@ -391,7 +380,7 @@ class _ReadConnection:
             tables = {row[0] for row in self.connection.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
         except sqlite3.Error as error:
             self.__exit__(None, None, None)
-            raise StateError(f"cannot read the state database {self.path}: {_reason(error)}") from None
+            raise StateError(f"cannot read the state database {self.path}: {reason(error, strerror=False)}") from None
         if not tables:
             return None                         # created, not written yet
         if not tables.issuperset(_TABLES):
@@ -404,7 +393,7 @@ class _ReadConnection:
             self.connection.close()
             self.connection = None
         if isinstance(error, sqlite3.Error):
-            raise StateError(f"cannot read the state database {self.path}: {_reason(error)}") from None
+            raise StateError(f"cannot read the state database {self.path}: {reason(error, strerror=False)}") from None
         return False
 
 

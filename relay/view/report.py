@@ -11,7 +11,7 @@ import sys
 from datetime import datetime, timezone
 
 from relay.durations import SECOND, format_duration
-from relay.view.database import StateError
+from relay.errors import StateError, UnknownFunction
 
 LABEL_WIDTH = 19        # inspect: "Last reconcile:    "
 STATS_LABEL_WIDTH = 21  # stats: "Oldest pending age:  "
@@ -27,10 +27,6 @@ _COUNTER_LABELS = (("Events processed:", "events_processed"), ("Handler successe
 
 
 # --- printing -------------------------------------------------------------------------
-
-
-class UnknownFunction(Exception):
-    """A name the state database has no function for; printed as it is."""
 
 
 def print_report(command, render):

@@ -1,7 +1,8 @@
 """Keeping the state database in step with Relay, off the hot path.
 
-The reconciler hands over its whole view of the functions whenever it
-changes (``functions_changed``, which only stores it and wakes the loop);
+The reconciler hands over the status of every function whenever one
+changes (``functions_changed``, which turns them into rows with
+``function_record``, stores them and wakes the loop);
 the loop writes it, and every 5 s it writes the absolute snapshot of the
 counters read from the Prometheus registry, the single source of them.
 On a graceful shutdown ``final_flush`` writes both once more, bounded in
@@ -21,7 +22,12 @@ import gevent
 from gevent.event import Event
 from gevent.threadpool import ThreadPool
 
-from relay.view.database import Counters, StateError, StateReader, Stats, now
+from relay.durations import format_duration
+from relay.errors import StateError
+from relay.live.status import Outcome
+from relay.view.database import (
+    EVENT, FAILED, PENDING, READY, SCHEDULE, SUCCESS, Counters, FunctionRecord, HandlerRecord, StateReader, Stats, now,
+)
 
 log = logging.getLogger("relay.view.writer")
 
@@ -49,9 +55,9 @@ class StateWriter:
         self._pool = ThreadPool(1)
         self._failing = False
 
-    def functions_changed(self, records):
-        """The reconciler's complete, current view (FunctionRecords); never blocks."""
-        self._view = tuple(records)
+    def functions_changed(self, statuses):
+        """The reconciler's complete, current view (FunctionStatuses); never blocks."""
+        self._view = tuple(function_record(status) for status in statuses)
         self._view_dirty = True
         self._wake.set()
 
@@ -107,6 +113,25 @@ class StateWriter:
                         extra={"timeout": f"{timeout:g}s"})
             return
         self._pool.kill()
+
+
+_OUTCOMES = {Outcome.SUCCEEDED: SUCCESS, Outcome.FAILED: FAILED, None: None}
+
+
+def function_record(status):
+    """The state row of one function the reconciler reports: references to secrets, never their values."""
+    function, template = status.function, status.function.template
+    handlers = tuple(HandlerRecord(handler=rule.handler, timeout=format_duration(rule.timeout), kind=EVENT)
+                     for rule in template.rules)
+    handlers += tuple(HandlerRecord(handler=schedule.handler, timeout=format_duration(schedule.timeout),
+                                    kind=SCHEDULE, cron=schedule.cron, timezone=schedule.timezone)
+                      for schedule in template.schedules)
+    return FunctionRecord(
+        name=function.name, runtime=template.runtime, status=READY if status.ready else PENDING,
+        updated_at=status.updated_at, image=status.image,
+        fingerprint=function.fingerprint if status.ready else None, prepared_at=status.prepared_at,
+        last_reconcile_at=status.last_reconcile_at, last_reconcile_status=_OUTCOMES[status.last_outcome],
+        last_error=status.last_error, env=dict(template.env), secrets=dict(template.secrets), handlers=handlers)
 
 
 def stats_snapshot(metrics, moment):
