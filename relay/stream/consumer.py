@@ -2,10 +2,11 @@
 
 The consumer reads new entries with XREADGROUP; the reclaimer takes over
 entries that sat pending longer than the idle time with XAUTOCLAIM. Both
-feed ``accept``: malformed entries are dead-lettered and entries that match
-no rule are acknowledged right there, in one round trip per batch (no entry,
-however hostile, can raise out of ``accept`` and end a loop); entries
-with matches are dispatched in their own greenlets. No more than
+feed ``accept``, which asks the settle decision (relay.stream.verdict) of
+every entry: malformed entries are dead-lettered and entries that match no
+rule are acknowledged right there, in one round trip per batch (no entry,
+however hostile, can raise out of ``accept`` and end a loop); entries with
+matches are dispatched in their own greenlets. No more than
 MAX_BUFFERED_EVENTS entries are held at once: with the buffer full nothing
 is read, so the backlog stays in Redis.
 
@@ -17,7 +18,6 @@ its dispatch is still running and will settle it.
 
 import logging
 
-import gevent
 import redis
 from gevent.event import Event
 from gevent.pool import Group
@@ -26,6 +26,7 @@ from relay.config import DEFAULT_MAX_EVENT_BYTES
 from relay.stream.plans import plan_entry
 from relay.stream.group import ensure_group, is_missing_group
 from relay.stream.resilience import Outage
+from relay.stream.verdict import Cause, Verdict, decide_settlement
 
 log = logging.getLogger("relay.stream.consumer")
 
@@ -148,9 +149,13 @@ class Consumer:
     # --- entries ------------------------------------------------------------------
 
     def accept(self, entries):
+        """Plan every entry; settle at once what needs no dispatch, dispatch the rest.
+
+        Entries that match nothing are acknowledged together, in one round trip.
+        """
         rules, waiting = self.catalog.rules(), self.catalog.waiting()
         self.buffer.take(len(entries))
-        finished, events = [], 0
+        unmatched, events = [], 0
         for raw_id, fields in entries:
             message_id = raw_id.decode() if isinstance(raw_id, bytes) else raw_id
             if message_id in self.in_flight:
@@ -158,41 +163,34 @@ class Consumer:
                           extra={"message_id": message_id})
                 self.buffer.release()
                 continue
-            if fields is None:          # trimmed away while it was pending: nothing left to run
-                self.settler.ack([message_id])
-                self.buffer.release()
-                continue
             plan = plan_entry(message_id, fields, rules, waiting, self.max_event_bytes)
-            events += not plan.scheduled
-            if plan.obsolete:
-                log.info("Schedule occurrence for a removed function or handler; acknowledged as obsolete",
-                         extra={"message_id": message_id, "event": plan.payload})
-                self.settler.ack([message_id])
-                self.buffer.release()
-            elif plan.problem:
-                log.warning("Malformed entry; it can never succeed", extra={
-                    "message_id": message_id, "reason": plan.problem})
-                if self.settler.dead_letter(message_id, plan.kept, plan.problem, 0, plan.event_bytes):
-                    self.metrics.dlq_entries.inc()
-                self.buffer.release()
-            elif plan.waiting:
-                log.info("Entry matches a function whose image is not built yet; left pending", extra={
-                    "message_id": message_id, "functions": ",".join(plan.waiting)})
-                self.buffer.release()
-            elif not plan.targets:
-                finished.append(message_id)
+            events += plan.is_event
+            settlement = decide_settlement(plan)
+            if settlement is None:
+                self._start_dispatch(plan)
+            elif settlement.cause is Cause.UNMATCHED:
+                unmatched.append(message_id)
             else:
-                if not plan.scheduled:
-                    for name in dict.fromkeys(target.active.name for target in plan.targets):
-                        self.metrics.function_events.labels(name).inc()
-                self.in_flight.add(message_id)
-                self.dispatches.spawn(self._dispatch, plan)
+                self._settle(plan, settlement)
         if events:
             self.metrics.events_received.inc(events)
-        if finished:
-            if self.settler.ack(finished, clear_state=False):
-                self.metrics.events_processed.inc(len(finished))
-            self.buffer.release(len(finished))
+        if unmatched:
+            if self.settler.settle_unmatched(unmatched):
+                self.metrics.events_processed.inc(len(unmatched))
+            self.buffer.release(len(unmatched))
+
+    def _settle(self, plan, settlement):
+        _explain(plan, settlement)
+        if self.settler.settle(plan, settlement) and settlement.verdict is Verdict.DEAD_LETTER:
+            self.metrics.dlq_entries.inc()
+        self.buffer.release()
+
+    def _start_dispatch(self, plan):
+        if not plan.scheduled:
+            for name in dict.fromkeys(target.active.name for target in plan.targets):
+                self.metrics.function_events.labels(name).inc()
+        self.in_flight.add(plan.message_id)
+        self.dispatches.spawn(self._dispatch, plan)
 
     def _dispatch(self, plan):
         try:
@@ -216,6 +214,14 @@ class Consumer:
         outage.failed(error)
 
 
-def spawn_loops(consumer):
-    """Start the consumer's two loops; return their greenlets."""
-    return [gevent.spawn(consumer.read_loop), gevent.spawn(consumer.reclaim_loop)]
+def _explain(plan, settlement):
+    """Log why an entry is settled without a dispatch (a trimmed entry goes silently)."""
+    if settlement.cause is Cause.OBSOLETE:
+        log.info("Schedule occurrence for a removed function or handler; acknowledged as obsolete",
+                 extra={"message_id": plan.message_id, "event": plan.payload})
+    elif settlement.cause is Cause.MALFORMED:
+        log.warning("Malformed entry; it can never succeed", extra={
+            "message_id": plan.message_id, "reason": plan.problem})
+    elif settlement.cause is Cause.WAITING:
+        log.info("Entry matches a function whose image is not built yet; left pending", extra={
+            "message_id": plan.message_id, "functions": ",".join(plan.waiting)})

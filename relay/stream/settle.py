@@ -1,5 +1,6 @@
-"""The end of an entry's life: acknowledge it, or dead-letter it and then acknowledge.
+"""The end of an entry's life: carrying out a Settlement (relay.stream.verdict).
 
+Acknowledge it, or dead-letter it and then acknowledge, or leave it pending.
 The dead-letter entry is always written before the acknowledgment; when the
 write fails, the entry is left pending so the next recovery pass tries again
 instead of losing it.
@@ -11,6 +12,8 @@ from datetime import datetime, timezone
 import redis
 
 from relay.stream.markers import state_key
+from relay.stream.plans import Plan
+from relay.stream.verdict import UNMATCHED, Settlement, Verdict
 
 log = logging.getLogger("relay.stream.settle")
 
@@ -26,7 +29,20 @@ class Settler:
         self.group = group
         self.consumer = consumer
 
-    def ack(self, message_ids, clear_state=True):
+    def settle(self, plan: Plan, settlement: Settlement) -> bool:
+        """Carry out *settlement* for *plan*'s entry; False when Redis failed (the entry stays pending)."""
+        if settlement.verdict is Verdict.ACK:
+            return self._ack([plan.message_id], clear_state=settlement.clear_state)
+        if settlement.verdict is Verdict.DEAD_LETTER:
+            return self._dead_letter(plan.message_id, plan.kept, settlement.reason, settlement.attempts,
+                                     settlement.event_bytes)
+        return True
+
+    def settle_unmatched(self, message_ids: list[str]) -> bool:
+        """Acknowledge entries that matched nothing, in one round trip (the UNMATCHED settlement)."""
+        return self._ack(message_ids, clear_state=UNMATCHED.clear_state)
+
+    def _ack(self, message_ids, clear_state=True):
         """XACK the entries and clear their invocation state; False when Redis failed.
 
         Entries that matched nothing have no state to clear (*clear_state* False).
@@ -47,7 +63,7 @@ class Settler:
             return False
         return True
 
-    def dead_letter(self, message_id, payload, reason, attempts, event_bytes=0):
+    def _dead_letter(self, message_id, payload, reason, attempts, event_bytes=0):
         """Write the entry to the dead-letter stream, then acknowledge it.
 
         *payload* is the event as text, or as bytes when it is not UTF-8; with
@@ -74,4 +90,4 @@ class Settler:
             return False
         log.error("Entry dead-lettered", extra={
             "message_id": message_id, "dlq": dlq_stream(self.stream), "reason": reason, "attempts": attempts})
-        return self.ack([message_id])
+        return self._ack([message_id])
