@@ -19,14 +19,12 @@ from relay.functions import parse_template
 from relay.functions.function import Function
 from relay.metrics.prometheus import Metrics
 from relay.stream import markers
-from relay.stream.consumer import Buffer, Consumer
-from relay.stream.dispatcher import Dispatcher
 from relay.stream.group import ensure_group
-from relay.stream.settle import Settler, dlq_stream
-from relay.stream.slots import Slots
-from relay.stream.invocations import InvocationStore
+from relay.stream.keys import StreamAddress, dlq_stream
+from relay.wiring import build_engine
 
 STREAM, GROUP, CONSUMER = "events", "relay", "worker-1"
+ADDRESS = StreamAddress(STREAM, GROUP, CONSUMER)
 T0 = 1_800_000_000 * SECOND
 
 
@@ -102,17 +100,12 @@ class Engine:
         self.metrics = Metrics()
         self.catalog = Catalog(functions)
         ensure_group(client, STREAM, GROUP)
-        self.settler = Settler(client, STREAM, GROUP, CONSUMER)
-        self.store = InvocationStore(client, STREAM, GROUP)
-        self.slots = Slots(max_concurrency, on_wait=self.metrics.concurrency_waits.inc)
-        self.dispatcher = Dispatcher(store=self.store, settler=self.settler, executor=self.executor,
-                                     slots=self.slots, metrics=self.metrics,
-                                     environment=env or (lambda fn: dict(fn.template.env)), leases=NoLeases(),
-                                     clock=self.clock, slot_wait=0.05)
-        self.consumer = Consumer(client=client, stream=STREAM, group=GROUP, consumer=CONSUMER, catalog=self.catalog,
-                                 dispatcher=self.dispatcher, settler=self.settler,
-                                 buffer=Buffer(buffered, self.metrics.buffered_events), metrics=self.metrics,
-                                 block_ms=10, min_idle=0)
+        wired = build_engine(client, ADDRESS, catalog=self.catalog, executor=self.executor,
+                             environment=env or (lambda fn: dict(fn.template.env)), leases=NoLeases(),
+                             metrics=self.metrics, max_concurrency=max_concurrency, max_buffered_events=buffered,
+                             clock=self.clock, slot_wait=0.05, block_ms=10, min_idle=0)
+        self.settler, self.store, self.slots = wired.settler, wired.store, wired.slots
+        self.dispatcher, self.consumer = wired.dispatcher, wired.consumer
 
     def publish(self, event):
         payload = event if isinstance(event, (str, bytes)) else json.dumps(event)
@@ -391,7 +384,7 @@ def test_the_reclaimer_skips_an_entry_this_worker_is_still_dispatching(engine):
 def test_backlog_gauges_from_xpending(engine):
     from relay.stream.backlog import Backlog
 
-    backlog = Backlog(engine.client, STREAM, GROUP, engine.metrics, clock=lambda: 1_800_000_100.0)
+    backlog = Backlog(engine.client, ADDRESS, engine.metrics, clock=lambda: 1_800_000_100.0)
     assert backlog.sample() == (0, 0.0)
     engine.client.xadd(STREAM, {"event": "{}"}, id="1800000000000-0")
     engine.client.xadd(STREAM, {"event": "{}"}, id="1800000050000-0")

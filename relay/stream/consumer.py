@@ -16,13 +16,18 @@ reclaimer may hand this worker its own entry back. Such an entry is skipped:
 its dispatch is still running and will settle it.
 """
 
+from __future__ import annotations
+
 import logging
+from typing import Any
 
 import redis
 from gevent.event import Event
 from gevent.pool import Group
 
+from relay import seams
 from relay.config import DEFAULT_MAX_EVENT_BYTES
+from relay.stream.keys import StreamAddress
 from relay.stream.plans import plan_entry
 from relay.stream.group import ensure_group, is_missing_group
 from relay.stream.resilience import Outage
@@ -38,25 +43,25 @@ MIN_IDLE = 60.0
 class Buffer:
     """Entries read from Redis and not yet finished (acked, dead-lettered or left pending)."""
 
-    def __init__(self, capacity, gauge):
+    def __init__(self, capacity: int, gauge: seams.Gauge) -> None:
         self.capacity = capacity
         self.used = 0
         self.gauge = gauge
         self._freed = Event()
 
-    def free(self):
+    def free(self) -> int:
         return self.capacity - self.used
 
-    def take(self, count):
+    def take(self, count: int) -> None:
         self.used += count
         self.gauge.set(self.used)
 
-    def release(self, count=1):
+    def release(self, count: int = 1) -> None:
         self.used -= count
         self.gauge.set(self.used)
         self._freed.set()
 
-    def wait_for_space(self, timeout):
+    def wait_for_space(self, timeout: float) -> bool:
         while self.free() <= 0:
             self._freed.clear()
             if not self._freed.wait(timeout):
@@ -65,13 +70,12 @@ class Buffer:
 
 
 class Consumer:
-    def __init__(self, *, client, stream, group, consumer, catalog, dispatcher, settler, buffer, metrics,
-                 block_ms=READ_BLOCK_MS, reclaim_interval=RECLAIM_INTERVAL, min_idle=MIN_IDLE,
-                 max_event_bytes=DEFAULT_MAX_EVENT_BYTES):
+    def __init__(self, *, client: redis.Redis, address: StreamAddress, catalog: seams.RuleSource,
+                 dispatcher: seams.Dispatcher, settler: seams.Settler, buffer: Buffer, metrics: Any,
+                 block_ms: int = READ_BLOCK_MS, reclaim_interval: float = RECLAIM_INTERVAL,
+                 min_idle: float = MIN_IDLE, max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES) -> None:
         self.client = client
-        self.stream = stream
-        self.group = group
-        self.consumer = consumer
+        self.address = address
         self.catalog = catalog
         self.dispatcher = dispatcher
         self.settler = settler
@@ -83,17 +87,17 @@ class Consumer:
         self.max_event_bytes = max_event_bytes
         self.stopping = Event()
         self.dispatches = Group()
-        self.in_flight = set()    # message ids whose dispatch is running here
+        self.in_flight: set[str] = set()    # message ids whose dispatch is running here
 
     # --- loops --------------------------------------------------------------------
 
-    def read_loop(self):
-        outage = Outage("consumer", self.stopping)
+    def read_loop(self) -> None:
+        address, outage = self.address, Outage("consumer", self.stopping)
         while not self.stopping.is_set():
             if not self.buffer.wait_for_space(timeout=1.0):
                 continue
             try:
-                response = self.client.xreadgroup(self.group, self.consumer, {self.stream: ">"},
+                response = self.client.xreadgroup(address.group, address.consumer, {address.stream: ">"},
                                                   count=self.buffer.free(), block=self.block_ms)
             except redis.RedisError as error:
                 self._trouble(error, outage)
@@ -104,7 +108,7 @@ class Consumer:
                     log.debug("Read entries", extra={"count": len(entries)})
                     self.accept(entries)
 
-    def reclaim_loop(self):
+    def reclaim_loop(self) -> None:
         outage = Outage("reclaimer", self.stopping)
         while not self.stopping.wait(self.reclaim_interval):
             try:
@@ -114,7 +118,7 @@ class Consumer:
             else:
                 outage.succeeded()
 
-    def reclaim_once(self):
+    def reclaim_once(self) -> None:
         """Take over every entry idle longer than the idle time, batch by batch
         as the buffer frees up. A buffer that stays full for half an interval
         ends the pass; the rest waits for the next one.
@@ -123,14 +127,15 @@ class Consumer:
         what lets a fleet catch up after an outage left hundreds of entries
         pending: one buffer's worth per interval would take hours.
         """
-        start = "0-0"
+        start, address = "0-0", self.address
         while not self.stopping.is_set():
             if not self.buffer.wait_for_space(timeout=self.reclaim_interval / 2):
                 log.debug("Buffer full; reclaiming the rest next time")
                 return
             free = self.buffer.free()
             next_start, entries, *_ = self.client.xautoclaim(
-                self.stream, self.group, self.consumer, min_idle_time=self.min_idle_ms, start_id=start, count=free)
+                address.stream, address.group, address.consumer, min_idle_time=self.min_idle_ms, start_id=start,
+                count=free)
             if entries:
                 log.debug("Reclaimed entries", extra={"count": len(entries)})
                 self.accept(entries)
@@ -138,17 +143,17 @@ class Consumer:
                 return
             start = next_start
 
-    def stop(self):
+    def stop(self) -> None:
         self.stopping.set()
 
-    def drain(self, timeout):
+    def drain(self, timeout: float) -> bool:
         """Wait up to *timeout* seconds for running dispatches; True when none is left."""
         self.dispatches.join(timeout=timeout)
         return len(self.dispatches) == 0
 
     # --- entries ------------------------------------------------------------------
 
-    def accept(self, entries):
+    def accept(self, entries: list[tuple[bytes | str, dict[bytes, bytes] | None]]) -> None:
         """Plan every entry; settle at once what needs no dispatch, dispatch the rest.
 
         Entries that match nothing are acknowledged together, in one round trip.
@@ -205,9 +210,9 @@ class Consumer:
     def _trouble(self, error, outage):
         if is_missing_group(error):
             log.warning("Consumer group is gone (was Redis reset?); creating it again",
-                        extra={"stream": self.stream, "group": self.group})
+                        extra={"stream": self.address.stream, "group": self.address.group})
             try:
-                ensure_group(self.client, self.stream, self.group)
+                ensure_group(self.client, self.address.stream, self.address.group)
                 return
             except Exception as again:  # DependencyError or a Redis error: back off like any outage
                 error = again

@@ -14,16 +14,22 @@ reclaimer: relay.stream.verdict decides, from the targets' outcomes, and
 the Settler carries it out.
 """
 
+from __future__ import annotations
+
 import logging
 import time
 from contextlib import ExitStack
 from enum import Enum
+from typing import Any
+
+from relay import seams
 
 from relay.durations import format_duration
 from relay.errors import RelayError
 from relay.runtime.executor import Invocation, Outcome
 from relay.stream import markers
 from relay.stream.markers import Action, decide
+from relay.stream.plans import Plan
 from relay.stream.verdict import COMPLETE, Status, TargetOutcome, Verdict, decide_settlement
 
 log = logging.getLogger("relay.stream.dispatcher")
@@ -39,8 +45,9 @@ class NotRun(Enum):
 
 
 class Dispatcher:
-    def __init__(self, *, store, settler, executor, slots, metrics, environment, leases,
-                 clock=time.time_ns, slot_wait=SLOT_WAIT):
+    def __init__(self, *, store: seams.InvocationStore, settler: seams.Settler, executor: seams.Executor,
+                 slots: seams.Slots, metrics: Any, environment: seams.Environment, leases: seams.Leases,
+                 clock: seams.Clock = time.time_ns, slot_wait: float = SLOT_WAIT) -> None:
         self.store = store
         self.settler = settler
         self.executor = executor
@@ -51,7 +58,7 @@ class Dispatcher:
         self.clock = clock
         self.slot_wait = slot_wait
 
-    def dispatch(self, plan):
+    def dispatch(self, plan: Plan) -> None:
         """Run *plan*'s targets and settle the entry; never raises for handler failures.
 
         The images of every target are leased for the whole dispatch, so a

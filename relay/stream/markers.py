@@ -11,9 +11,9 @@ Pure functions over plain values, so the rules are tested without Redis.
 
 from dataclasses import dataclass
 from enum import Enum
-from urllib.parse import quote
 
 from relay.durations import MINUTE
+from relay.stream.keys import invocation_key
 
 STATE_TTL_SECONDS = 7 * 24 * 3600
 BACKOFF = (1 * MINUTE, 2 * MINUTE, 5 * MINUTE, 10 * MINUTE)  # after attempt 1, 2, 3, then capped
@@ -32,9 +32,7 @@ class Marker:
 ABSENT_MARKER = Marker(ABSENT)
 
 
-def state_key(stream, group, message_id):
-    """The hash that holds one message's invocation states; names are percent-encoded."""
-    return f"relay:invocation:{quote(stream, safe='')}:{quote(group, safe='')}:{message_id}"
+state_key = invocation_key   # the hash of one message's markers; the name lives in relay.stream.keys
 
 
 def parse(value):

@@ -15,11 +15,10 @@ from dataclasses import dataclass
 
 from relay.config import DEFAULT_MAX_EVENT_BYTES
 from relay.functions.rules import Target
+from relay.stream.keys import EVENT_FIELD, SCHEDULE_FIELD
 
 log = logging.getLogger("relay.stream.plans")
 
-EVENT_FIELD = b"event"
-SCHEDULE_FIELD = b"schedule"
 MAX_EVENT_DEPTH = 64        # nested objects and arrays, the event object itself being level 1
 KEPT_PREFIX_BYTES = 4096    # what a dead-letter entry keeps of an event over MAX_EVENT_BYTES
 TOO_DEEP = f"the event nests deeper than {MAX_EVENT_DEPTH} levels"
