@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
     from relay.functions import Function
-    from relay.functions.rules import Rules, Target
+    from relay.functions.rules import Rules
     from relay.runtime.executor import Invocation, Outcome
     from relay.stream.plans import Plan
     from relay.stream.verdict import Settlement
@@ -103,11 +103,12 @@ class Observer(Protocol):
     def matched(self, function: str) -> None:
         """An event matched at least one rule of *function* and goes to dispatch."""
 
-    def invocation_started(self, target: Target, attempt: int) -> None:
-        """An invocation is about to run (its slot is held and its attempt claimed)."""
+    def invocation_started(self, function: str, handler: str, attempt: int) -> None:
+        """Attempt *attempt* is about to run: its slots are held and the attempt is claimed."""
 
-    def invocation_finished(self, target: Target, attempt: int, outcome: Outcome | None) -> None:
-        """The invocation's outcome; None when running it raised."""
+    def invocation_finished(self, function: str, handler: str, attempt: int, outcome: Outcome | None) -> None:
+        """The attempt's outcome; None when running it raised. Follows every invocation_started."""
 
     def settled(self, settlement: Settlement, count: int) -> None:
-        """*count* entries were settled as *settlement* says (Redis did it)."""
+        """*count* entries were settled as *settlement* says: Redis acknowledged or dead-lettered them
+        (a failed settle emits nothing; LEAVE_PENDING is emitted too, having nothing to do)."""

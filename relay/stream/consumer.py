@@ -19,7 +19,6 @@ its dispatch is still running and will settle it.
 from __future__ import annotations
 
 import logging
-from typing import Any
 
 import redis
 from gevent.event import Event
@@ -31,7 +30,7 @@ from relay.stream.keys import StreamAddress
 from relay.stream.plans import plan_entry
 from relay.stream.group import ensure_group, is_missing_group
 from relay.stream.resilience import Outage
-from relay.stream.verdict import Cause, Verdict, decide_settlement
+from relay.stream.verdict import Cause, decide_settlement
 
 log = logging.getLogger("relay.stream.consumer")
 
@@ -71,7 +70,7 @@ class Buffer:
 
 class Consumer:
     def __init__(self, *, client: redis.Redis, address: StreamAddress, catalog: seams.RuleSource,
-                 dispatcher: seams.Dispatcher, settler: seams.Settler, buffer: Buffer, metrics: Any,
+                 dispatcher: seams.Dispatcher, settler: seams.Settler, buffer: Buffer, observer: seams.Observer,
                  block_ms: int = READ_BLOCK_MS, reclaim_interval: float = RECLAIM_INTERVAL,
                  min_idle: float = MIN_IDLE, max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES) -> None:
         self.client = client
@@ -80,7 +79,7 @@ class Consumer:
         self.dispatcher = dispatcher
         self.settler = settler
         self.buffer = buffer
-        self.metrics = metrics
+        self.observer = observer
         self.block_ms = block_ms
         self.reclaim_interval = reclaim_interval
         self.min_idle_ms = int(min_idle * 1000)
@@ -178,22 +177,20 @@ class Consumer:
             else:
                 self._settle(plan, settlement)
         if events:
-            self.metrics.events_received.inc(events)
+            self.observer.received(events)
         if unmatched:
-            if self.settler.settle_unmatched(unmatched):
-                self.metrics.events_processed.inc(len(unmatched))
+            self.settler.settle_unmatched(unmatched)
             self.buffer.release(len(unmatched))
 
     def _settle(self, plan, settlement):
         _explain(plan, settlement)
-        if self.settler.settle(plan, settlement) and settlement.verdict is Verdict.DEAD_LETTER:
-            self.metrics.dlq_entries.inc()
+        self.settler.settle(plan, settlement)
         self.buffer.release()
 
     def _start_dispatch(self, plan):
         if not plan.scheduled:
             for name in dict.fromkeys(target.active.name for target in plan.targets):
-                self.metrics.function_events.labels(name).inc()
+                self.observer.matched(name)
         self.in_flight.add(plan.message_id)
         self.dispatches.spawn(self._dispatch, plan)
 

@@ -20,7 +20,6 @@ import logging
 import time
 from contextlib import ExitStack
 from enum import Enum
-from typing import Any
 
 from relay import seams
 
@@ -30,7 +29,7 @@ from relay.runtime.executor import Invocation, Outcome
 from relay.stream import markers
 from relay.stream.markers import Action, decide
 from relay.stream.plans import Plan
-from relay.stream.verdict import COMPLETE, Status, TargetOutcome, Verdict, decide_settlement
+from relay.stream.verdict import COMPLETE, Status, TargetOutcome, decide_settlement
 
 log = logging.getLogger("relay.stream.dispatcher")
 
@@ -46,13 +45,13 @@ class NotRun(Enum):
 
 class Dispatcher:
     def __init__(self, *, store: seams.InvocationStore, settler: seams.Settler, executor: seams.Executor,
-                 slots: seams.Slots, metrics: Any, environment: seams.Environment, leases: seams.Leases,
-                 clock: seams.Clock = time.time_ns, slot_wait: float = SLOT_WAIT) -> None:
+                 slots: seams.Slots, observer: seams.Observer, environment: seams.Environment,
+                 leases: seams.Leases, clock: seams.Clock = time.time_ns, slot_wait: float = SLOT_WAIT) -> None:
         self.store = store
         self.settler = settler
         self.executor = executor
         self.slots = slots
-        self.metrics = metrics
+        self.observer = observer
         self.environment = environment
         self.leases = leases
         self.clock = clock
@@ -100,7 +99,7 @@ class Dispatcher:
                 outcomes[index] = outcome
                 if outcome.status is not Status.COMPLETE:
                     break                 # abort on the first failure
-        self._settle(plan, decide_settlement(plan, outcomes, stored=stored, now=self.clock()))
+        self.settler.settle(plan, decide_settlement(plan, outcomes, stored=stored, now=self.clock()))
 
     # --- one invocation ---------------------------------------------------------
 
@@ -125,41 +124,37 @@ class Dispatcher:
         return self._record(plan, target, attempt, outcome)
 
     def _execute(self, plan, target, attempt):
-        active = target.active
-        self.metrics.in_flight.inc()
+        """The attempt's Outcome, between the invocation_started and invocation_finished events."""
+        name, handler = target.active.name, target.rule.handler
+        self.observer.invocation_started(name, handler, attempt)
+        outcome = None
         try:
-            try:
-                env = self.environment(active.function)
-            except RelayError as error:
-                return Outcome.not_started(str(error))
-            invocation = Invocation(
-                function=active.name, handler=target.rule.handler, image=active.image,
-                payload=plan.payload.encode(), timeout=target.rule.timeout, env=env,
-                message_id=plan.message_id, event_id=plan.event_id, event_name=plan.event_name,
-                network=active.function.template.network)
-            return self.executor.run(invocation)
+            outcome = self._invoke(plan, target)
+            return outcome
         finally:
-            self.metrics.in_flight.dec()
+            self.observer.invocation_finished(name, handler, attempt, outcome)
+
+    def _invoke(self, plan, target):
+        active = target.active
+        try:
+            env = self.environment(active.function)
+        except RelayError as error:
+            return Outcome.not_started(str(error))
+        invocation = Invocation(
+            function=active.name, handler=target.rule.handler, image=active.image,
+            payload=plan.payload.encode(), timeout=target.rule.timeout, env=env,
+            message_id=plan.message_id, event_id=plan.event_id, event_name=plan.event_name,
+            network=active.function.template.network)
+        return self.executor.run(invocation)
 
     def _record(self, plan, target, attempt, outcome):
-        metrics, name, handler = self.metrics, target.active.name, target.rule.handler
-        metrics.handler_duration.labels(name, handler).observe(outcome.duration)
-        if attempt > 1:
-            metrics.retries.inc()
-            metrics.function_retries.labels(name).inc()
         attrs = _attrs(plan, target, attempt=attempt, duration=f"{outcome.duration:.3f}s",
                        exit_code=outcome.exit_code)
         if outcome.ok:
             self.store.complete(plan.message_id, target.field)
-            metrics.handler_success.inc()
-            metrics.function_success.labels(name).inc()
-            metrics.handler_invocations.labels("success", name, handler).inc()
             log.info("Handler executed", extra=attrs)
             return TargetOutcome(Status.COMPLETE, attempt)
 
-        metrics.handler_failure.inc()
-        metrics.function_failure.labels(name).inc()
-        metrics.handler_invocations.labels("timeout" if outcome.timed_out else "failure", name, handler).inc()
         attrs["error"] = outcome.error or f"exit code {outcome.exit_code}"
         if attempt >= 1 + target.rule.retries:
             self.store.exhausted(plan.message_id, target.field, attempt)
@@ -170,19 +165,6 @@ class Dispatcher:
         attrs["retry_in"] = format_duration(wait)
         log.warning("Handler failed; will retry", extra=attrs)
         return TargetOutcome(Status.OPEN, attempt)
-
-    # --- the entry ----------------------------------------------------------------
-
-    def _settle(self, plan, settlement):
-        if not self.settler.settle(plan, settlement):
-            return
-        if settlement.verdict is Verdict.ACK and settlement.counts_processed:
-            self.metrics.events_processed.inc()
-        elif settlement.verdict is Verdict.DEAD_LETTER:
-            self.metrics.dlq_entries.inc()
-            for name in settlement.functions:
-                self.metrics.function_dlq_entries.labels(name).inc()
-
 
 def _attrs(plan, target, **more):
     attrs = {"function": target.active.name, "handler": target.rule.handler, "message_id": plan.message_id,

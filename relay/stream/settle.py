@@ -13,6 +13,7 @@ from datetime import datetime, timezone
 
 import redis
 
+from relay import seams
 from relay.stream import keys
 from relay.stream.keys import StreamAddress, dlq_stream
 from relay.stream.plans import Plan
@@ -24,23 +25,31 @@ log = logging.getLogger("relay.stream.settle")
 
 
 class Settler:
-    def __init__(self, client: redis.Redis, address: StreamAddress) -> None:
+    def __init__(self, client: redis.Redis, address: StreamAddress, observer: seams.Observer) -> None:
         self.client = client
         self.address = address
+        self.observer = observer
         self.dlq = dlq_stream(address.stream)
 
     def settle(self, plan: Plan, settlement: Settlement) -> bool:
         """Carry out *settlement* for *plan*'s entry; False when Redis failed (the entry stays pending)."""
         if settlement.verdict is Verdict.ACK:
-            return self._ack([plan.message_id], clear_state=settlement.clear_state)
-        if settlement.verdict is Verdict.DEAD_LETTER:
-            return self._dead_letter(plan.message_id, plan.kept, settlement.reason or "", settlement.attempts,
+            done = self._ack([plan.message_id], clear_state=settlement.clear_state)
+        elif settlement.verdict is Verdict.DEAD_LETTER:
+            done = self._dead_letter(plan.message_id, plan.kept, settlement.reason or "", settlement.attempts,
                                      settlement.event_bytes)
-        return True
+        else:
+            done = True
+        if done:
+            self.observer.settled(settlement, 1)
+        return done
 
     def settle_unmatched(self, message_ids: list[str]) -> bool:
         """Acknowledge entries that matched nothing, in one round trip (the UNMATCHED settlement)."""
-        return self._ack(message_ids, clear_state=UNMATCHED.clear_state)
+        done = self._ack(message_ids, clear_state=UNMATCHED.clear_state)
+        if done and message_ids:
+            self.observer.settled(UNMATCHED, len(message_ids))
+        return done
 
     def _ack(self, message_ids: list[str], clear_state: bool = True) -> bool:
         """XACK the entries and clear their invocation state; False when Redis failed.
