@@ -93,7 +93,7 @@ events:
 
 
 class Engine:
-    def __init__(self, client, functions, max_concurrency=8, buffered=16, env=None):
+    def __init__(self, client, functions, max_concurrency=8, buffered=16, env=None, observers=()):
         self.client = client
         self.clock = Clock()
         self.executor = ScriptedExecutor()
@@ -102,7 +102,8 @@ class Engine:
         ensure_group(client, STREAM, GROUP)
         wired = build_engine(client, ADDRESS, catalog=self.catalog, executor=self.executor,
                              environment=env or (lambda fn: dict(fn.template.env)), leases=NoLeases(),
-                             metrics=self.metrics, max_concurrency=max_concurrency, max_buffered_events=buffered,
+                             metrics=self.metrics, observers=observers, max_concurrency=max_concurrency,
+                             max_buffered_events=buffered,
                              clock=self.clock, slot_wait=0.05, block_ms=10, min_idle=0)
         self.settler, self.store, self.slots = wired.settler, wired.store, wired.slots
         self.dispatcher, self.consumer = wired.dispatcher, wired.consumer
@@ -405,3 +406,28 @@ def test_images_are_leased_for_the_whole_dispatch(redis_client):
     engine.read()
     assert seen == [sorted({AUDIT.image, ORDERS.image})] * 3
     assert not leases.leased()
+
+
+def test_an_extra_observer_sees_the_domain_events(redis_client):
+    from relay.stream.verdict import Cause
+
+    class Recorder:
+        def __init__(self):
+            self.events = []
+
+        def __getattr__(self, name):
+            return lambda *args: self.events.append((name, *args))
+
+    recorder = Recorder()
+    engine = Engine(redis_client, [AUDIT], observers=[recorder])
+    engine.executor.program("audit.handler", Result(ok=False, exit_code=1))
+    engine.publish({"kind": "refund"})
+    engine.publish({"kind": "other"})
+    engine.read()
+    names = [event[0] for event in recorder.events]
+    assert names == ["matched", "received", "settled", "invocation_started", "invocation_finished", "settled"]
+    assert recorder.events[0] == ("matched", "audit") and recorder.events[1] == ("received", 2)
+    assert recorder.events[2][1].cause is Cause.UNMATCHED and recorder.events[2][2] == 1
+    assert recorder.events[4][1:4] == ("audit", "audit.handler", 1) and not recorder.events[4][4].ok
+    assert recorder.events[5][1].cause is Cause.OPEN
+    assert value(engine.metrics.handler_failure) == 1 and value(engine.metrics.events_processed) == 1
