@@ -49,9 +49,10 @@ import report  # noqa: E402
 from relay.functions import load_function  # noqa: E402
 from relay.live.catalog import Catalog  # noqa: E402
 from relay.metrics.prometheus import Metrics  # noqa: E402
-from relay.stream.consumer import Buffer, Consumer  # noqa: E402
+from relay.runtime.leases import ImageLeases  # noqa: E402
 from relay.stream.group import ensure_group  # noqa: E402
-from relay.stream.settle import Settler  # noqa: E402
+from relay.stream.keys import StreamAddress  # noqa: E402
+from relay.wiring import build_engine  # noqa: E402
 
 STREAM = "bench"
 BATCH = 16
@@ -117,10 +118,10 @@ def relay_reader(client):
     catalog.replace(ActiveFunction(load_function(path), image="unused:0")
                     for path in sorted((ROOT / "examples" / "functions").iterdir()))
     ensure_group(client, STREAM, "relay")
-    settler = Settler(client, STREAM, "relay", "bench")
-    consumer = Consumer(client=client, stream=STREAM, group="relay", consumer="bench", catalog=catalog,
-                        dispatcher=None, settler=settler, buffer=Buffer(BATCH, metrics.buffered_events),
-                        metrics=metrics, block_ms=1000)
+    # No entry here matches: the dispatcher and its executor are never called.
+    consumer = build_engine(client, StreamAddress(STREAM, "relay", "bench"), catalog=catalog, executor=None,
+                            environment=None, leases=ImageLeases(), metrics=metrics, max_concurrency=CONCURRENCY,
+                            max_buffered_events=BATCH, block_ms=1000).consumer
     total = [0]
 
     def read(count):
@@ -161,10 +162,6 @@ def matched_loop(client, docker_client, image, count, concurrency):
 
     from relay.live.catalog import ActiveFunction
     from relay.runtime.executor import Executor
-    from relay.runtime.leases import ImageLeases
-    from relay.stream.dispatcher import Dispatcher
-    from relay.stream.invocations import InvocationStore
-    from relay.stream.slots import Slots
 
     function = load_function(Path(image.directory))
     metrics = Metrics()
@@ -173,15 +170,10 @@ def matched_loop(client, docker_client, image, count, concurrency):
     for number in range(count):
         client.xadd(STREAM, {"event": json.dumps({"event_name": "INSERT", "n": number})})
     ensure_group(client, STREAM, "matched")
-    settler = Settler(client, STREAM, "matched", "bench")
-    leases = ImageLeases()
-    dispatcher = Dispatcher(store=InvocationStore(client, STREAM, "matched"), settler=settler,
+    consumer = build_engine(client, StreamAddress(STREAM, "matched", "bench"), catalog=catalog,
                             executor=Executor(docker_client, f"relay-bench-{os.getpid()}", io.StringIO()),
-                            slots=Slots(concurrency), metrics=metrics,
-                            environment=lambda fn: dict(fn.template.env), leases=leases)
-    consumer = Consumer(client=client, stream=STREAM, group="matched", consumer="bench", catalog=catalog,
-                        dispatcher=dispatcher, settler=settler, buffer=Buffer(BATCH, metrics.buffered_events),
-                        metrics=metrics, block_ms=200)
+                            environment=lambda fn: dict(fn.template.env), leases=ImageLeases(), metrics=metrics,
+                            max_concurrency=concurrency, max_buffered_events=BATCH, block_ms=200).consumer
     began = time.perf_counter()
     reader = gevent.spawn(consumer.read_loop)
     while metrics.events_processed._value.get() < count:

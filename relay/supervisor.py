@@ -31,6 +31,7 @@ from relay import __version__
 from relay.config import FUNCTIONS_DIR, load_config
 from relay.errors import ConfigError, RelayError
 from relay.functions.template import MAX_TIMEOUT
+from relay.stream.keys import StreamAddress
 
 log = logging.getLogger("relay.supervisor")
 
@@ -75,6 +76,7 @@ class Supervisor:
     def __init__(self, config, functions_dir=FUNCTIONS_DIR, secrets_dir=None, timing=Timing(), state_path=None):
         """*state_path* overrides the fixed /var/lib/relay/db.sqlite3 (tests only)."""
         self.config = config
+        self.address = StreamAddress(config.stream, config.group, config.consumer)
         self.functions_dir = functions_dir
         self.secrets_dir = secrets_dir
         self.timing = timing
@@ -135,12 +137,8 @@ class Supervisor:
         from relay.runtime.sweep import Leftovers, sweep_orphans
         from relay.gitsync.webhook_secret import secret_store
         from relay.secrets.store import environment
-        from relay.stream.consumer import Buffer, Consumer
-        from relay.stream.dispatcher import Dispatcher
         from relay.stream.group import ensure_group
-        from relay.stream.settle import Settler
-        from relay.stream.slots import Slots
-        from relay.stream.invocations import InvocationStore
+        from relay.wiring import build_engine
 
         config, client = self.config, self.redis
         self.metrics = metrics = Metrics()
@@ -153,21 +151,14 @@ class Supervisor:
         self._load_functions()
 
         ensure_group(client, config.stream, config.group)
-        settler = Settler(client, config.stream, config.group, config.consumer)
-        dispatcher = Dispatcher(
-            store=InvocationStore(client, config.stream, config.group),
-            settler=settler,
+        engine = build_engine(
+            client, self.address, catalog=self.catalog,
             executor=Executor(self.docker, config.consumer, leftovers=leftovers),
-            slots=Slots(config.max_concurrency, on_wait=metrics.concurrency_waits.inc),
-            metrics=metrics,
-            environment=lambda function: environment(function, secrets),
-            leases=self.leases,
-        )
-        self.consumer = Consumer(
-            client=client, stream=config.stream, group=config.group, consumer=config.consumer,
-            catalog=self.catalog, dispatcher=dispatcher, settler=settler, max_event_bytes=config.max_event_bytes,
-            buffer=Buffer(config.max_buffered_events, metrics.buffered_events), metrics=metrics,
+            environment=lambda function: environment(function, secrets), leases=self.leases, metrics=metrics,
+            max_concurrency=config.max_concurrency, max_buffered_events=config.max_buffered_events,
+            max_event_bytes=config.max_event_bytes,
             reclaim_interval=self.timing.reclaim_interval, min_idle=self.timing.min_idle)
+        self.consumer = engine.consumer
         self.loops += [self._spawn("consumer", self.consumer.read_loop),
                        self._spawn("reclaimer", self.consumer.reclaim_loop)]
         self._start_services()
@@ -233,7 +224,7 @@ class Supervisor:
             self.consumer.stop()
             gevent.killall(self.loops, timeout=5)
             raise
-        services = [Backlog(self.redis, config.stream, config.group, self.metrics,
+        services = [Backlog(self.redis, self.address, self.metrics,
                             interval=self.timing.backlog_interval),
                     Scheduler(self.catalog, Publisher(self.redis, config.stream, self.metrics))]
         if config.retention:

@@ -19,14 +19,12 @@ from relay.functions.function import Function
 from relay.live.catalog import ActiveFunction, Catalog
 from relay.metrics.prometheus import Metrics
 from relay.stream import markers
-from relay.stream.consumer import Buffer, Consumer
-from relay.stream.dispatcher import Dispatcher
 from relay.stream.group import ensure_group
-from relay.stream.invocations import InvocationStore
-from relay.stream.settle import Settler, dlq_stream
-from relay.stream.slots import Slots
+from relay.stream.keys import StreamAddress, dlq_stream
+from relay.wiring import build_engine
 
 STREAM, GROUP, CONSUMER = "events", "relay", "worker-1"
+ADDRESS = StreamAddress(STREAM, GROUP, CONSUMER)
 T0 = 1_800_000_000 * SECOND
 
 
@@ -95,24 +93,20 @@ events:
 
 
 class Engine:
-    def __init__(self, client, functions, max_concurrency=8, buffered=16, env=None):
+    def __init__(self, client, functions, max_concurrency=8, buffered=16, env=None, observers=()):
         self.client = client
         self.clock = Clock()
         self.executor = ScriptedExecutor()
         self.metrics = Metrics()
         self.catalog = Catalog(functions)
         ensure_group(client, STREAM, GROUP)
-        self.settler = Settler(client, STREAM, GROUP, CONSUMER)
-        self.store = InvocationStore(client, STREAM, GROUP)
-        self.slots = Slots(max_concurrency, on_wait=self.metrics.concurrency_waits.inc)
-        self.dispatcher = Dispatcher(store=self.store, settler=self.settler, executor=self.executor,
-                                     slots=self.slots, metrics=self.metrics,
-                                     environment=env or (lambda fn: dict(fn.template.env)), leases=NoLeases(),
-                                     clock=self.clock, slot_wait=0.05)
-        self.consumer = Consumer(client=client, stream=STREAM, group=GROUP, consumer=CONSUMER, catalog=self.catalog,
-                                 dispatcher=self.dispatcher, settler=self.settler,
-                                 buffer=Buffer(buffered, self.metrics.buffered_events), metrics=self.metrics,
-                                 block_ms=10, min_idle=0)
+        wired = build_engine(client, ADDRESS, catalog=self.catalog, executor=self.executor,
+                             environment=env or (lambda fn: dict(fn.template.env)), leases=NoLeases(),
+                             metrics=self.metrics, observers=observers, max_concurrency=max_concurrency,
+                             max_buffered_events=buffered,
+                             clock=self.clock, slot_wait=0.05, block_ms=10, min_idle=0)
+        self.settler, self.store, self.slots = wired.settler, wired.store, wired.slots
+        self.dispatcher, self.consumer = wired.dispatcher, wired.consumer
 
     def publish(self, event):
         payload = event if isinstance(event, (str, bytes)) else json.dumps(event)
@@ -391,7 +385,7 @@ def test_the_reclaimer_skips_an_entry_this_worker_is_still_dispatching(engine):
 def test_backlog_gauges_from_xpending(engine):
     from relay.stream.backlog import Backlog
 
-    backlog = Backlog(engine.client, STREAM, GROUP, engine.metrics, clock=lambda: 1_800_000_100.0)
+    backlog = Backlog(engine.client, ADDRESS, engine.metrics, clock=lambda: 1_800_000_100.0)
     assert backlog.sample() == (0, 0.0)
     engine.client.xadd(STREAM, {"event": "{}"}, id="1800000000000-0")
     engine.client.xadd(STREAM, {"event": "{}"}, id="1800000050000-0")
@@ -412,3 +406,28 @@ def test_images_are_leased_for_the_whole_dispatch(redis_client):
     engine.read()
     assert seen == [sorted({AUDIT.image, ORDERS.image})] * 3
     assert not leases.leased()
+
+
+def test_an_extra_observer_sees_the_domain_events(redis_client):
+    from relay.stream.verdict import Cause
+
+    class Recorder:
+        def __init__(self):
+            self.events = []
+
+        def __getattr__(self, name):
+            return lambda *args: self.events.append((name, *args))
+
+    recorder = Recorder()
+    engine = Engine(redis_client, [AUDIT], observers=[recorder])
+    engine.executor.program("audit.handler", Result(ok=False, exit_code=1))
+    engine.publish({"kind": "refund"})
+    engine.publish({"kind": "other"})
+    engine.read()
+    names = [event[0] for event in recorder.events]
+    assert names == ["matched", "received", "settled", "invocation_started", "invocation_finished", "settled"]
+    assert recorder.events[0] == ("matched", "audit") and recorder.events[1] == ("received", 2)
+    assert recorder.events[2][1].cause is Cause.UNMATCHED and recorder.events[2][2] == 1
+    assert recorder.events[4][1:4] == ("audit", "audit.handler", 1) and not recorder.events[4][4].ok
+    assert recorder.events[5][1].cause is Cause.OPEN
+    assert value(engine.metrics.handler_failure) == 1 and value(engine.metrics.events_processed) == 1

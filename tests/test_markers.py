@@ -4,7 +4,7 @@ import pytest
 
 from relay.durations import MINUTE
 from relay.stream import markers
-from relay.stream.markers import HORIZON, Marker, decide, parse
+from relay.stream.markers import HORIZON, Action, Marker, decide, parse
 
 NOW = 1_800_000_000_000_000_000
 
@@ -54,19 +54,19 @@ def test_render_round_trips():
 
 
 @pytest.mark.parametrize(("marker", "retries", "action", "attempt"), [
-    (Marker("absent"), 4, "run", 1),
-    (Marker("ok"), 4, "skip-complete", 0),
-    (Marker("exhausted", attempts=5), 4, "skip-terminal", 5),
-    (Marker("running", attempts=1, deadline=NOW + 1), 4, "skip-busy", 1),
-    (Marker("running", attempts=1, deadline=NOW), 4, "run", 2),           # deadline reached: the worker died
-    (Marker("running", attempts=5, deadline=NOW - 1), 4, "exhaust", 5),   # ... and it was the last attempt
-    (Marker("next_attempt_at", attempts=2, deadline=NOW + 1), 4, "skip-busy", 2),
-    (Marker("next_attempt_at", attempts=2, deadline=NOW - 1), 4, "run", 3),
-    (Marker("next_attempt_at", attempts=1, deadline=NOW - 1), 0, "exhaust", 1),
-    (Marker("absent"), 0, "run", 1),
-    (Marker("running", attempts=1, deadline=NOW + HORIZON), 4, "skip-busy", 1),
-    (Marker("running", attempts=1, deadline=NOW + HORIZON + 1), 4, "run", 2),   # tampered: years ahead
-    (Marker("next_attempt_at", attempts=2, deadline=10**30), 4, "run", 3),
+    (Marker("absent"), 4, Action.RUN, 1),
+    (Marker("ok"), 4, Action.SKIP_COMPLETE, 0),
+    (Marker("exhausted", attempts=5), 4, Action.SKIP_TERMINAL, 5),
+    (Marker("running", attempts=1, deadline=NOW + 1), 4, Action.SKIP_BUSY, 1),
+    (Marker("running", attempts=1, deadline=NOW), 4, Action.RUN, 2),           # deadline reached: the worker died
+    (Marker("running", attempts=5, deadline=NOW - 1), 4, Action.EXHAUST, 5),   # ... and it was the last attempt
+    (Marker("next_attempt_at", attempts=2, deadline=NOW + 1), 4, Action.SKIP_BUSY, 2),
+    (Marker("next_attempt_at", attempts=2, deadline=NOW - 1), 4, Action.RUN, 3),
+    (Marker("next_attempt_at", attempts=1, deadline=NOW - 1), 0, Action.EXHAUST, 1),
+    (Marker("absent"), 0, Action.RUN, 1),
+    (Marker("running", attempts=1, deadline=NOW + HORIZON), 4, Action.SKIP_BUSY, 1),
+    (Marker("running", attempts=1, deadline=NOW + HORIZON + 1), 4, Action.RUN, 2),   # tampered: years ahead
+    (Marker("next_attempt_at", attempts=2, deadline=10**30), 4, Action.RUN, 3),
 ])
 def test_decide(marker, retries, action, attempt):
     decision = decide(marker, NOW, retries)

@@ -14,6 +14,8 @@ catalog snapshot and never changes.
 
 from dataclasses import dataclass
 
+from relay.stream.keys import invocation_field
+
 
 @dataclass(frozen=True)
 class Target:
@@ -24,7 +26,7 @@ class Target:
 
     @property
     def field(self):
-        return f"{self.active.name}/{self.rule.handler}"
+        return invocation_field(self.active.name, self.rule.handler)
 
 
 class Rules:

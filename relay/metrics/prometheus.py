@@ -3,16 +3,31 @@
 One ``Metrics`` object per process, on its own registry (nothing is
 registered at import time). Labels are only function, handler and outcome;
 message, event, container and fingerprint IDs are never labels.
+
+The consumer, the dispatcher and the Settler do not touch these metrics:
+they emit domain events (relay.seams.Observer), and ``PrometheusObserver``
+turns each into its counter updates. The backlog sampler, the schedule
+publisher, the image builder's callbacks, the buffer gauge and the slot-wait
+counter still set theirs directly.
 """
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics
+
+from relay.stream.verdict import Settlement, Verdict
+
+if TYPE_CHECKING:
+    from relay.runtime.executor import Outcome
 
 DURATION_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 30, 60, 120, 300)
 BUILD_BUCKETS = (0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
 
 
 class Metrics:
-    def __init__(self):
+    def __init__(self) -> None:
         disable_created_metrics()
         self.registry = registry = CollectorRegistry(auto_describe=True)
 
@@ -58,3 +73,48 @@ class Metrics:
                                      registry=registry)
         self.in_flight = Gauge("in_flight_invocations", "Handler invocations running in this worker.",
                                registry=registry)
+
+
+class PrometheusObserver:
+    """The hot path's domain events as Prometheus updates (a relay.seams.Observer)."""
+
+    def __init__(self, metrics: Metrics) -> None:
+        self.metrics = metrics
+
+    def received(self, count: int) -> None:
+        self.metrics.events_received.inc(count)
+
+    def matched(self, function: str) -> None:
+        self.metrics.function_events.labels(function).inc()
+
+    def invocation_started(self, function: str, handler: str, attempt: int) -> None:
+        self.metrics.in_flight.inc()
+
+    def invocation_finished(self, function: str, handler: str, attempt: int, outcome: Outcome | None) -> None:
+        """An engine that could not be reached is not an invocation of the handler: only in-flight counts it."""
+        metrics = self.metrics
+        metrics.in_flight.dec()
+        if outcome is None or outcome.engine_unavailable:
+            return
+        metrics.handler_duration.labels(function, handler).observe(outcome.duration)
+        if attempt > 1:
+            metrics.retries.inc()
+            metrics.function_retries.labels(function).inc()
+        if outcome.ok:
+            metrics.handler_success.inc()
+            metrics.function_success.labels(function).inc()
+            metrics.handler_invocations.labels("success", function, handler).inc()
+        else:
+            metrics.handler_failure.inc()
+            metrics.function_failure.labels(function).inc()
+            metrics.handler_invocations.labels("timeout" if outcome.timed_out else "failure", function, handler).inc()
+
+    def settled(self, settlement: Settlement, count: int) -> None:
+        metrics = self.metrics
+        if settlement.verdict is Verdict.ACK:
+            if settlement.counts_processed:
+                metrics.events_processed.inc(count)
+        elif settlement.verdict is Verdict.DEAD_LETTER:
+            metrics.dlq_entries.inc(count)
+            for name in settlement.functions:
+                metrics.function_dlq_entries.labels(name).inc(count)

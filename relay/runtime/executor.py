@@ -67,6 +67,11 @@ class Outcome:
     error: str | None = None  # why it is not ok; never contains env or secret values
     engine_unavailable: bool = False  # the engine could not be reached: not the handler's failure
 
+    @classmethod
+    def not_started(cls, error: str) -> "Outcome":
+        """An invocation that failed before it reached Docker (e.g. a missing secret)."""
+        return cls(ok=False, exit_code=None, duration=0.0, error=error)
+
 
 class Executor:
     def __init__(self, docker_client, hostname, output=None, *, leases=None, leftovers=None):

@@ -6,25 +6,28 @@ a leased tag. ``when_idle`` runs a callback once an image has no leases left:
 that is how an old version's tag is removed after its last invocation ends.
 """
 
+from __future__ import annotations
+
 import logging
 import threading
 from collections import Counter
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 log = logging.getLogger("relay.runtime.leases")
 
 
 class ImageLeases:
-    def __init__(self):
+    def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._counts = Counter()
-        self._waiting = {}  # image -> the callback to run when its count drops to zero
+        self._counts: Counter[str] = Counter()
+        self._waiting: dict[str, Callable[[str], object]] = {}  # image -> run when its count drops to zero
 
-    def acquire(self, image):
+    def acquire(self, image: str) -> None:
         with self._lock:
             self._counts[image] += 1
 
-    def release(self, image):
+    def release(self, image: str) -> None:
         with self._lock:
             count = self._counts[image] - 1
             if count < 0:
@@ -38,23 +41,23 @@ class ImageLeases:
             _run(callback, image)
 
     @contextmanager
-    def lease(self, image):
+    def lease(self, image: str) -> Iterator[str]:
         self.acquire(image)
         try:
             yield image
         finally:
             self.release(image)
 
-    def in_use(self, image):
+    def in_use(self, image: str) -> bool:
         with self._lock:
             return self._counts[image] > 0
 
-    def leased(self):
+    def leased(self) -> frozenset[str]:
         """The images leased right now."""
         with self._lock:
             return frozenset(self._counts)
 
-    def when_idle(self, image, callback):
+    def when_idle(self, image: str, callback: Callable[[str], object]) -> bool:
         """Call ``callback(image)`` now if *image* has no lease, else after its
         last release; return whether it ran now.
 
@@ -70,7 +73,7 @@ class ImageLeases:
         return True
 
 
-def _run(callback, image):
+def _run(callback: Callable[[str], object], image: str) -> None:
     try:
         callback(image)
     except Exception:

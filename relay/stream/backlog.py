@@ -6,23 +6,24 @@ import time
 import redis
 from gevent.event import Event
 
+from relay.stream.keys import StreamAddress
+
 log = logging.getLogger("relay.stream.backlog")
 
 SAMPLE_INTERVAL = 15.0
 
 
 class Backlog:
-    def __init__(self, client, stream, group, metrics, interval=SAMPLE_INTERVAL, clock=time.time):
+    def __init__(self, client, address: StreamAddress, metrics, interval=SAMPLE_INTERVAL, clock=time.time):
         self.client = client
-        self.stream = stream
-        self.group = group
+        self.address = address
         self.metrics = metrics
         self.interval = interval
         self.clock = clock
         self.stopping = Event()
 
     def sample(self):
-        summary = self.client.xpending(self.stream, self.group)
+        summary = self.client.xpending(self.address.stream, self.address.group)
         pending = summary["pending"]
         oldest = summary.get("min")
         age = 0.0

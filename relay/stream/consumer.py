@@ -2,10 +2,11 @@
 
 The consumer reads new entries with XREADGROUP; the reclaimer takes over
 entries that sat pending longer than the idle time with XAUTOCLAIM. Both
-feed ``accept``: malformed entries are dead-lettered and entries that match
-no rule are acknowledged right there, in one round trip per batch (no entry,
-however hostile, can raise out of ``accept`` and end a loop); entries
-with matches are dispatched in their own greenlets. No more than
+feed ``accept``, which asks the settle decision (relay.stream.verdict) of
+every entry: malformed entries are dead-lettered and entries that match no
+rule are acknowledged right there, in one round trip per batch (no entry,
+however hostile, can raise out of ``accept`` and end a loop); entries with
+matches are dispatched in their own greenlets. No more than
 MAX_BUFFERED_EVENTS entries are held at once: with the buffer full nothing
 is read, so the backlog stays in Redis.
 
@@ -15,17 +16,21 @@ reclaimer may hand this worker its own entry back. Such an entry is skipped:
 its dispatch is still running and will settle it.
 """
 
+from __future__ import annotations
+
 import logging
 
-import gevent
 import redis
 from gevent.event import Event
 from gevent.pool import Group
 
+from relay import seams
 from relay.config import DEFAULT_MAX_EVENT_BYTES
+from relay.stream.keys import StreamAddress
 from relay.stream.plans import plan_entry
 from relay.stream.group import ensure_group, is_missing_group
 from relay.stream.resilience import Outage
+from relay.stream.verdict import Cause, decide_settlement
 
 log = logging.getLogger("relay.stream.consumer")
 
@@ -37,25 +42,25 @@ MIN_IDLE = 60.0
 class Buffer:
     """Entries read from Redis and not yet finished (acked, dead-lettered or left pending)."""
 
-    def __init__(self, capacity, gauge):
+    def __init__(self, capacity: int, gauge: seams.Gauge) -> None:
         self.capacity = capacity
         self.used = 0
         self.gauge = gauge
         self._freed = Event()
 
-    def free(self):
+    def free(self) -> int:
         return self.capacity - self.used
 
-    def take(self, count):
+    def take(self, count: int) -> None:
         self.used += count
         self.gauge.set(self.used)
 
-    def release(self, count=1):
+    def release(self, count: int = 1) -> None:
         self.used -= count
         self.gauge.set(self.used)
         self._freed.set()
 
-    def wait_for_space(self, timeout):
+    def wait_for_space(self, timeout: float) -> bool:
         while self.free() <= 0:
             self._freed.clear()
             if not self._freed.wait(timeout):
@@ -64,35 +69,34 @@ class Buffer:
 
 
 class Consumer:
-    def __init__(self, *, client, stream, group, consumer, catalog, dispatcher, settler, buffer, metrics,
-                 block_ms=READ_BLOCK_MS, reclaim_interval=RECLAIM_INTERVAL, min_idle=MIN_IDLE,
-                 max_event_bytes=DEFAULT_MAX_EVENT_BYTES):
+    def __init__(self, *, client: redis.Redis, address: StreamAddress, catalog: seams.RuleSource,
+                 dispatcher: seams.Dispatcher, settler: seams.Settler, buffer: Buffer, observer: seams.Observer,
+                 block_ms: int = READ_BLOCK_MS, reclaim_interval: float = RECLAIM_INTERVAL,
+                 min_idle: float = MIN_IDLE, max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES) -> None:
         self.client = client
-        self.stream = stream
-        self.group = group
-        self.consumer = consumer
+        self.address = address
         self.catalog = catalog
         self.dispatcher = dispatcher
         self.settler = settler
         self.buffer = buffer
-        self.metrics = metrics
+        self.observer = observer
         self.block_ms = block_ms
         self.reclaim_interval = reclaim_interval
         self.min_idle_ms = int(min_idle * 1000)
         self.max_event_bytes = max_event_bytes
         self.stopping = Event()
         self.dispatches = Group()
-        self.in_flight = set()    # message ids whose dispatch is running here
+        self.in_flight: set[str] = set()    # message ids whose dispatch is running here
 
     # --- loops --------------------------------------------------------------------
 
-    def read_loop(self):
-        outage = Outage("consumer", self.stopping)
+    def read_loop(self) -> None:
+        address, outage = self.address, Outage("consumer", self.stopping)
         while not self.stopping.is_set():
             if not self.buffer.wait_for_space(timeout=1.0):
                 continue
             try:
-                response = self.client.xreadgroup(self.group, self.consumer, {self.stream: ">"},
+                response = self.client.xreadgroup(address.group, address.consumer, {address.stream: ">"},
                                                   count=self.buffer.free(), block=self.block_ms)
             except redis.RedisError as error:
                 self._trouble(error, outage)
@@ -103,7 +107,7 @@ class Consumer:
                     log.debug("Read entries", extra={"count": len(entries)})
                     self.accept(entries)
 
-    def reclaim_loop(self):
+    def reclaim_loop(self) -> None:
         outage = Outage("reclaimer", self.stopping)
         while not self.stopping.wait(self.reclaim_interval):
             try:
@@ -113,7 +117,7 @@ class Consumer:
             else:
                 outage.succeeded()
 
-    def reclaim_once(self):
+    def reclaim_once(self) -> None:
         """Take over every entry idle longer than the idle time, batch by batch
         as the buffer frees up. A buffer that stays full for half an interval
         ends the pass; the rest waits for the next one.
@@ -122,14 +126,15 @@ class Consumer:
         what lets a fleet catch up after an outage left hundreds of entries
         pending: one buffer's worth per interval would take hours.
         """
-        start = "0-0"
+        start, address = "0-0", self.address
         while not self.stopping.is_set():
             if not self.buffer.wait_for_space(timeout=self.reclaim_interval / 2):
                 log.debug("Buffer full; reclaiming the rest next time")
                 return
             free = self.buffer.free()
             next_start, entries, *_ = self.client.xautoclaim(
-                self.stream, self.group, self.consumer, min_idle_time=self.min_idle_ms, start_id=start, count=free)
+                address.stream, address.group, address.consumer, min_idle_time=self.min_idle_ms, start_id=start,
+                count=free)
             if entries:
                 log.debug("Reclaimed entries", extra={"count": len(entries)})
                 self.accept(entries)
@@ -137,20 +142,24 @@ class Consumer:
                 return
             start = next_start
 
-    def stop(self):
+    def stop(self) -> None:
         self.stopping.set()
 
-    def drain(self, timeout):
+    def drain(self, timeout: float) -> bool:
         """Wait up to *timeout* seconds for running dispatches; True when none is left."""
         self.dispatches.join(timeout=timeout)
         return len(self.dispatches) == 0
 
     # --- entries ------------------------------------------------------------------
 
-    def accept(self, entries):
+    def accept(self, entries: list[tuple[bytes | str, dict[bytes, bytes] | None]]) -> None:
+        """Plan every entry; settle at once what needs no dispatch, dispatch the rest.
+
+        Entries that match nothing are acknowledged together, in one round trip.
+        """
         rules, waiting = self.catalog.rules(), self.catalog.waiting()
         self.buffer.take(len(entries))
-        finished, events = [], 0
+        unmatched, events = [], 0
         for raw_id, fields in entries:
             message_id = raw_id.decode() if isinstance(raw_id, bytes) else raw_id
             if message_id in self.in_flight:
@@ -158,41 +167,32 @@ class Consumer:
                           extra={"message_id": message_id})
                 self.buffer.release()
                 continue
-            if fields is None:          # trimmed away while it was pending: nothing left to run
-                self.settler.ack([message_id])
-                self.buffer.release()
-                continue
             plan = plan_entry(message_id, fields, rules, waiting, self.max_event_bytes)
-            events += not plan.scheduled
-            if plan.obsolete:
-                log.info("Schedule occurrence for a removed function or handler; acknowledged as obsolete",
-                         extra={"message_id": message_id, "event": plan.payload})
-                self.settler.ack([message_id])
-                self.buffer.release()
-            elif plan.problem:
-                log.warning("Malformed entry; it can never succeed", extra={
-                    "message_id": message_id, "reason": plan.problem})
-                if self.settler.dead_letter(message_id, plan.kept, plan.problem, 0, plan.event_bytes):
-                    self.metrics.dlq_entries.inc()
-                self.buffer.release()
-            elif plan.waiting:
-                log.info("Entry matches a function whose image is not built yet; left pending", extra={
-                    "message_id": message_id, "functions": ",".join(plan.waiting)})
-                self.buffer.release()
-            elif not plan.targets:
-                finished.append(message_id)
+            events += plan.is_event
+            settlement = decide_settlement(plan)
+            if settlement is None:
+                self._start_dispatch(plan)
+            elif settlement.cause is Cause.UNMATCHED:
+                unmatched.append(message_id)
             else:
-                if not plan.scheduled:
-                    for name in dict.fromkeys(target.active.name for target in plan.targets):
-                        self.metrics.function_events.labels(name).inc()
-                self.in_flight.add(message_id)
-                self.dispatches.spawn(self._dispatch, plan)
+                self._settle(plan, settlement)
         if events:
-            self.metrics.events_received.inc(events)
-        if finished:
-            if self.settler.ack(finished, clear_state=False):
-                self.metrics.events_processed.inc(len(finished))
-            self.buffer.release(len(finished))
+            self.observer.received(events)
+        if unmatched:
+            self.settler.settle_unmatched(unmatched)
+            self.buffer.release(len(unmatched))
+
+    def _settle(self, plan, settlement):
+        _explain(plan, settlement)
+        self.settler.settle(plan, settlement)
+        self.buffer.release()
+
+    def _start_dispatch(self, plan):
+        if not plan.scheduled:
+            for name in dict.fromkeys(target.active.name for target in plan.targets):
+                self.observer.matched(name)
+        self.in_flight.add(plan.message_id)
+        self.dispatches.spawn(self._dispatch, plan)
 
     def _dispatch(self, plan):
         try:
@@ -207,15 +207,23 @@ class Consumer:
     def _trouble(self, error, outage):
         if is_missing_group(error):
             log.warning("Consumer group is gone (was Redis reset?); creating it again",
-                        extra={"stream": self.stream, "group": self.group})
+                        extra={"stream": self.address.stream, "group": self.address.group})
             try:
-                ensure_group(self.client, self.stream, self.group)
+                ensure_group(self.client, self.address.stream, self.address.group)
                 return
             except Exception as again:  # DependencyError or a Redis error: back off like any outage
                 error = again
         outage.failed(error)
 
 
-def spawn_loops(consumer):
-    """Start the consumer's two loops; return their greenlets."""
-    return [gevent.spawn(consumer.read_loop), gevent.spawn(consumer.reclaim_loop)]
+def _explain(plan, settlement):
+    """Log why an entry is settled without a dispatch (a trimmed entry goes silently)."""
+    if settlement.cause is Cause.OBSOLETE:
+        log.info("Schedule occurrence for a removed function or handler; acknowledged as obsolete",
+                 extra={"message_id": plan.message_id, "event": plan.payload})
+    elif settlement.cause is Cause.MALFORMED:
+        log.warning("Malformed entry; it can never succeed", extra={
+            "message_id": plan.message_id, "reason": plan.problem})
+    elif settlement.cause is Cause.WAITING:
+        log.info("Entry matches a function whose image is not built yet; left pending", extra={
+            "message_id": plan.message_id, "functions": ",".join(plan.waiting)})

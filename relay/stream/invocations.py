@@ -10,6 +10,8 @@ an absent marker: the invocation is eligible, and its first claim replaces
 the value. It is logged as a warning once per entry, not on every delivery.
 """
 
+from __future__ import annotations
+
 import logging
 from collections import OrderedDict
 
@@ -17,6 +19,7 @@ import redis
 
 from relay.quoting import quote
 from relay.stream import markers
+from relay.stream.keys import StreamAddress, invocation_key
 
 log = logging.getLogger("relay.stream.invocations")
 
@@ -34,17 +37,16 @@ return 1
 
 
 class InvocationStore:
-    def __init__(self, client, stream, group):
+    def __init__(self, client: redis.Redis, address: StreamAddress) -> None:
         self.client = client
-        self.stream = stream
-        self.group = group
+        self.address = address
         self._try_start = client.register_script(_TRY_START)
-        self._warned = OrderedDict()   # message id → the unreadable fields already logged
+        self._warned: OrderedDict[str, frozenset[str]] = OrderedDict()   # message id → unreadable fields logged
 
-    def key(self, message_id):
-        return markers.state_key(self.stream, self.group, message_id)
+    def key(self, message_id: str) -> str:
+        return invocation_key(self.address.stream, self.address.group, message_id)
 
-    def load(self, message_id):
+    def load(self, message_id: str) -> dict[str, bytes]:
         """{field: raw value} for the message; {} when Redis cannot say.
 
         Values stay the bytes Redis holds, so a claim compares against exactly
@@ -72,7 +74,7 @@ class InvocationStore:
             "message_id": message_id, "fields": ",".join(sorted(unreadable)),
             "values": ",".join(sorted(quote(values[name]) for name in unreadable))})
 
-    def try_start(self, message_id, field, expected, deadline, attempt):
+    def try_start(self, message_id: str, field: str, expected: bytes | None, deadline: int, attempt: int) -> bool:
         """Record attempt *attempt* as running until *deadline*, unless the field changed."""
         try:
             claimed = self._try_start(keys=[self.key(message_id)],
@@ -84,7 +86,7 @@ class InvocationStore:
             return True
         return bool(claimed)
 
-    def release(self, message_id, field, previous):
+    def release(self, message_id: str, field: str, previous: bytes | None) -> None:
         """Undo a claim: put back the marker *previous* it replaced (none: remove the field)."""
         key = self.key(message_id)
         try:
@@ -96,13 +98,13 @@ class InvocationStore:
             log.warning("Cannot release invocation claim; it expires at its deadline",
                         extra={"message_id": message_id, "field": field, "error": str(error)})
 
-    def complete(self, message_id, field):
+    def complete(self, message_id: str, field: str) -> None:
         self._write(message_id, field, markers.OK)
 
-    def failed(self, message_id, field, retry_at, attempt):
+    def failed(self, message_id: str, field: str, retry_at: int, attempt: int) -> None:
         self._write(message_id, field, markers.waiting(retry_at, attempt))
 
-    def exhausted(self, message_id, field, attempts):
+    def exhausted(self, message_id: str, field: str, attempts: int) -> None:
         self._write(message_id, field, markers.exhausted(attempts))
 
     def _write(self, message_id, field, value):

@@ -10,9 +10,10 @@ Pure functions over plain values, so the rules are tested without Redis.
 """
 
 from dataclasses import dataclass
-from urllib.parse import quote
+from enum import Enum
 
 from relay.durations import MINUTE
+from relay.stream.keys import invocation_key
 
 STATE_TTL_SECONDS = 7 * 24 * 3600
 BACKOFF = (1 * MINUTE, 2 * MINUTE, 5 * MINUTE, 10 * MINUTE)  # after attempt 1, 2, 3, then capped
@@ -31,13 +32,7 @@ class Marker:
 ABSENT_MARKER = Marker(ABSENT)
 
 
-def state_key(stream, group, message_id):
-    """The hash that holds one message's invocation states; names are percent-encoded."""
-    return f"relay:invocation:{quote(stream, safe='')}:{quote(group, safe='')}:{message_id}"
-
-
-def field(function, handler):
-    return f"{function}/{handler}"
+state_key = invocation_key   # the hash of one message's markers; the name lives in relay.stream.keys
 
 
 def parse(value):
@@ -98,15 +93,23 @@ def backoff(attempt):
     return BACKOFF[min(attempt, len(BACKOFF)) - 1]
 
 
-@dataclass(frozen=True)
-class Decision:
+class Action(Enum):
     """What to do with one matched invocation on this delivery."""
 
-    action: str          # "skip-complete", "skip-terminal", "skip-busy", "run", "exhaust"
-    attempt: int = 0     # the attempt number to run, or the attempts to record as exhausted
+    SKIP_COMPLETE = "skip-complete"   # it succeeded on an earlier delivery
+    SKIP_TERMINAL = "skip-terminal"   # its attempts were exhausted earlier
+    SKIP_BUSY = "skip-busy"           # running elsewhere, or its backoff is not over
+    RUN = "run"
+    EXHAUST = "exhaust"               # its last attempt died with its worker: record it exhausted
 
 
-def decide(marker, now, retries):
+@dataclass(frozen=True)
+class Decision:
+    action: Action
+    attempt: int = 0     # the attempt number to run, or the attempts made so far
+
+
+def decide(marker: Marker, now: int, retries: int) -> Decision:
     """Given the stored marker, the time (unix ns) and the rule's retries, what happens now.
 
     A deadline still in the future means another attempt may be live (running)
@@ -117,13 +120,13 @@ def decide(marker, now, retries):
     as passed, so the entry cannot be held pending for years.
     """
     if marker.kind == OK:
-        return Decision("skip-complete")
+        return Decision(Action.SKIP_COMPLETE)
     if marker.kind == EXHAUSTED:
-        return Decision("skip-terminal", attempt=marker.attempts)
+        return Decision(Action.SKIP_TERMINAL, attempt=marker.attempts)
     if marker.kind in (RUNNING, WAITING):
         if now < marker.deadline <= now + HORIZON:
-            return Decision("skip-busy", attempt=marker.attempts)
+            return Decision(Action.SKIP_BUSY, attempt=marker.attempts)
         if marker.attempts >= 1 + retries:
-            return Decision("exhaust", attempt=marker.attempts)
-        return Decision("run", attempt=marker.attempts + 1)
-    return Decision("run", attempt=1)
+            return Decision(Action.EXHAUST, attempt=marker.attempts)
+        return Decision(Action.RUN, attempt=marker.attempts + 1)
+    return Decision(Action.RUN, attempt=1)

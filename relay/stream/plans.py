@@ -15,11 +15,10 @@ from dataclasses import dataclass
 
 from relay.config import DEFAULT_MAX_EVENT_BYTES
 from relay.functions.rules import Target
+from relay.stream.keys import EVENT_FIELD, SCHEDULE_FIELD
 
 log = logging.getLogger("relay.stream.plans")
 
-EVENT_FIELD = b"event"
-SCHEDULE_FIELD = b"schedule"
 MAX_EVENT_DEPTH = 64        # nested objects and arrays, the event object itself being level 1
 KEPT_PREFIX_BYTES = 4096    # what a dead-letter entry keeps of an event over MAX_EVENT_BYTES
 TOO_DEEP = f"the event nests deeper than {MAX_EVENT_DEPTH} levels"
@@ -37,11 +36,17 @@ class Plan:
     waiting: tuple = ()          # names of matching functions whose image is not built yet
     raw: bytes | None = None     # the event field's bytes when they are not text, or their start when too big
     event_bytes: int = 0         # the event field's size when it was too big to read (raw is cut)
+    trimmed: bool = False        # the entry was trimmed away while it was pending: nothing left to run
 
     @property
     def kept(self):
         """What a dead-letter entry keeps of the event field: its text, else its raw bytes."""
         return self.payload if self.payload is not None else self.raw
+
+    @property
+    def is_event(self):
+        """An event published to the stream: not a schedule occurrence, not a trimmed entry."""
+        return not (self.scheduled or self.trimmed)
 
     @property
     def event_id(self):
@@ -59,8 +64,11 @@ def plan_entry(message_id, fields, rules, waiting=(), max_event_bytes=DEFAULT_MA
     rules with the same handler are both targets. *waiting* are functions
     loaded but never built: an event one of them matches must wait for it,
     not be acknowledged without it. Never raises: an entry that cannot be
-    read is a Plan with a problem.
+    read is a Plan with a problem; one trimmed away while pending (no
+    fields) is a trimmed Plan.
     """
+    if fields is None:
+        return Plan(message_id, None, trimmed=True)
     try:
         return _plan(message_id, fields, rules, waiting, max_event_bytes)
     except Exception as error:
@@ -71,7 +79,7 @@ def plan_entry(message_id, fields, rules, waiting=(), max_event_bytes=DEFAULT_MA
 
 
 def _plan(message_id, fields, rules, waiting, max_event_bytes):
-    raw = None if fields is None else fields.get(EVENT_FIELD)
+    raw = fields.get(EVENT_FIELD)
     if raw is None:
         return Plan(message_id, None, problem="the entry has no 'event' field")
     if len(raw) > max_event_bytes:

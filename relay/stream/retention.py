@@ -50,7 +50,8 @@ class Retention:
             try:
                 self.trim_once()
             except redis.RedisError as error:
-                log.warning("Stream trim failed; retrying next tick", extra={"stream": self.stream, "error": str(error)})
+                log.warning("Stream trim failed; retrying next tick",
+                            extra={"stream": self.stream, "error": str(error)})
 
     def stop(self):
         self.stopping.set()

@@ -22,17 +22,18 @@ from zoneinfo import ZoneInfo
 
 from croniter import croniter
 
+from relay.stream.keys import EVENT, SCHEDULE, schedule_key
+
 log = logging.getLogger("relay.stream.schedules")
 
 SOURCE = "relay.schedule"
-SCHEDULE_FIELD = b"schedule"
 DEDUP_TTL_SECONDS = 7 * 24 * 3600
 _MAX_STEPS = 10_000
 
 # KEYS[1] dedup key, KEYS[2] stream; ARGV: ttl, occurrence id, payload.
-_PUBLISH_IF_NEW = """
+_PUBLISH_IF_NEW = f"""
 if redis.call('SET', KEYS[1], '1', 'NX', 'EX', ARGV[1]) then
-  return redis.call('XADD', KEYS[2], '*', 'event', ARGV[3], 'schedule', ARGV[2])
+  return redis.call('XADD', KEYS[2], '*', '{EVENT}', ARGV[3], '{SCHEDULE}', ARGV[2])
 end
 return false
 """
@@ -95,7 +96,7 @@ class Publisher:
         import redis
 
         try:
-            entry_id = self._script(keys=[f"relay:{occurrence.id}", self.stream],
+            entry_id = self._script(keys=[schedule_key(occurrence.id), self.stream],
                                     args=[DEDUP_TTL_SECONDS, occurrence.id, occurrence.payload])
         except redis.RedisError as error:
             self.metrics.schedule_failures.inc()

@@ -1,77 +1,104 @@
-"""The end of an entry's life: acknowledge it, or dead-letter it and then acknowledge.
+"""The end of an entry's life: carrying out a Settlement (relay.stream.verdict).
 
+Acknowledge it, or dead-letter it and then acknowledge, or leave it pending.
 The dead-letter entry is always written before the acknowledgment; when the
 write fails, the entry is left pending so the next recovery pass tries again
 instead of losing it.
 """
+
+from __future__ import annotations
 
 import logging
 from datetime import datetime, timezone
 
 import redis
 
-from relay.stream.markers import state_key
+from relay import seams
+from relay.stream import keys
+from relay.stream.keys import StreamAddress, dlq_stream
+from relay.stream.plans import Plan
+from relay.stream.verdict import UNMATCHED, Settlement, Verdict
+
+__all__ = ["Settler", "dlq_stream"]
 
 log = logging.getLogger("relay.stream.settle")
 
 
-def dlq_stream(stream):
-    return f"relay:{stream}:dlq"
-
-
 class Settler:
-    def __init__(self, client, stream, group, consumer):
+    def __init__(self, client: redis.Redis, address: StreamAddress, observer: seams.Observer) -> None:
         self.client = client
-        self.stream = stream
-        self.group = group
-        self.consumer = consumer
+        self.address = address
+        self.observer = observer
+        self.dlq = dlq_stream(address.stream)
 
-    def ack(self, message_ids, clear_state=True):
+    def settle(self, plan: Plan, settlement: Settlement) -> bool:
+        """Carry out *settlement* for *plan*'s entry; False when Redis failed (the entry stays pending)."""
+        if settlement.verdict is Verdict.ACK:
+            done = self._ack([plan.message_id], clear_state=settlement.clear_state)
+        elif settlement.verdict is Verdict.DEAD_LETTER:
+            done = self._dead_letter(plan.message_id, plan.kept, settlement.reason or "", settlement.attempts,
+                                     settlement.event_bytes)
+        else:
+            done = True
+        if done:
+            self.observer.settled(settlement, 1)
+        return done
+
+    def settle_unmatched(self, message_ids: list[str]) -> bool:
+        """Acknowledge entries that matched nothing, in one round trip (the UNMATCHED settlement)."""
+        done = self._ack(message_ids, clear_state=UNMATCHED.clear_state)
+        if done and message_ids:
+            self.observer.settled(UNMATCHED, len(message_ids))
+        return done
+
+    def _ack(self, message_ids: list[str], clear_state: bool = True) -> bool:
         """XACK the entries and clear their invocation state; False when Redis failed.
 
         Entries that matched nothing have no state to clear (*clear_state* False).
         """
         if not message_ids:
             return True
+        stream, group = self.address.stream, self.address.group
         try:
             if clear_state:
                 pipe = self.client.pipeline(transaction=False)
-                pipe.xack(self.stream, self.group, *message_ids)
-                pipe.delete(*(state_key(self.stream, self.group, message_id) for message_id in message_ids))
+                pipe.xack(stream, group, *message_ids)
+                pipe.delete(*(keys.invocation_key(stream, group, message_id) for message_id in message_ids))
                 pipe.execute()
             else:
-                self.client.xack(self.stream, self.group, *message_ids)
+                self.client.xack(stream, group, *message_ids)
         except redis.RedisError as error:
             log.warning("Cannot acknowledge entries; they stay pending",
                         extra={"count": len(message_ids), "first_message_id": message_ids[0], "error": str(error)})
             return False
         return True
 
-    def dead_letter(self, message_id, payload, reason, attempts, event_bytes=0):
+    def _dead_letter(self, message_id: str, payload: str | bytes | None, reason: str, attempts: int,
+                     event_bytes: int = 0) -> bool:
         """Write the entry to the dead-letter stream, then acknowledge it.
 
         *payload* is the event as text, or as bytes when it is not UTF-8; with
         *event_bytes* set, it is only the start of an event that size, and the
         entry says so (``truncated``, ``event_bytes``).
         """
-        fields = {
-            "original_stream": self.stream,
-            "original_id": message_id,
-            "group": self.group,
-            "consumer": self.consumer,
-            "event": payload if payload is not None else "",
-            "reason": reason,
-            "attempts": str(attempts),
-            "timestamp": datetime.now(timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z"),
+        fields: dict[str, str | bytes] = {
+            keys.DLQ_ORIGINAL_STREAM: self.address.stream,
+            keys.DLQ_ORIGINAL_ID: message_id,
+            keys.DLQ_GROUP: self.address.group,
+            keys.DLQ_CONSUMER: self.address.consumer,
+            keys.EVENT: payload if payload is not None else "",
+            keys.DLQ_REASON: reason,
+            keys.DLQ_ATTEMPTS: str(attempts),
+            keys.DLQ_TIMESTAMP: datetime.now(timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z"),
         }
         if event_bytes:
-            fields.update(truncated="true", event_bytes=str(event_bytes))
+            fields.update({keys.DLQ_TRUNCATED: "true", keys.DLQ_EVENT_BYTES: str(event_bytes)})
         try:
-            self.client.xadd(dlq_stream(self.stream), fields)
+            self.client.xadd(self.dlq, fields)
         except redis.RedisError as error:
             log.error("Cannot write to the dead-letter stream; the entry stays pending",
-                      extra={"message_id": message_id, "dlq": dlq_stream(self.stream), "error": str(error)})
+                      extra={"message_id": message_id, "dlq": self.dlq, "error": str(error)})
             return False
         log.error("Entry dead-lettered", extra={
-            "message_id": message_id, "dlq": dlq_stream(self.stream), "reason": reason, "attempts": attempts})
-        return self.ack([message_id])
+            "message_id": message_id, "dlq": self.dlq, "reason": reason, "attempts": attempts})
+        return self._ack([message_id])

@@ -5,26 +5,29 @@ never resized (a running invocation is never interrupted); a changed
 ``concurrency`` takes effect after a restart.
 """
 
+from __future__ import annotations
+
 import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 from gevent.lock import BoundedSemaphore
 
 
 class Slots:
-    def __init__(self, max_concurrency, on_wait=None):
+    def __init__(self, max_concurrency: int, on_wait: Callable[[], object] | None = None) -> None:
         self._global = BoundedSemaphore(max_concurrency)
-        self._per_function = {}
+        self._per_function: dict[str, BoundedSemaphore] = {}
         self._on_wait = on_wait or (lambda: None)
 
-    def function_limit(self, name, concurrency):
+    def function_limit(self, name: str, concurrency: int) -> BoundedSemaphore:
         limit = self._per_function.get(name)
         if limit is None:
             limit = self._per_function[name] = BoundedSemaphore(concurrency)
         return limit
 
     @contextmanager
-    def hold(self, name, concurrency, timeout):
+    def hold(self, name: str, concurrency: int, timeout: float) -> Iterator[bool]:
         """Yield True holding both slots, or False if they were not free within *timeout* seconds."""
         deadline = time.monotonic() + timeout
         function_slot = self.function_limit(name, concurrency)

@@ -1,0 +1,114 @@
+"""The seams between the parts the supervisor wires together, as typing.Protocols.
+
+The consumer, the dispatcher and the Settler depend on these shapes, not on
+the classes behind them: a test passes a scripted executor, the benchmark
+its own pieces, and a second execution path (warm containers) only has to
+fit the Executor seam. relay.wiring puts the real ones together.
+
+Types only: nothing here runs, and the imports the annotations need are
+for the type checker alone, so importing this module costs nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from relay.functions import Function
+    from relay.functions.rules import Rules
+    from relay.runtime.executor import Invocation, Outcome
+    from relay.stream.plans import Plan
+    from relay.stream.verdict import Settlement
+
+Environment = Callable[["Function"], Mapping[str, str]]
+"""A function's container environment: its template's env and its resolved secrets (raises RelayError)."""
+
+Clock = Callable[[], int]
+"""The time in unix nanoseconds."""
+
+
+class Executor(Protocol):
+    """Runs one handler invocation to its end; never raises for a failing handler or engine."""
+
+    def run(self, invocation: Invocation) -> Outcome: ...
+
+
+class InvocationStore(Protocol):
+    """Per-message invocation state (relay.stream.markers values); fails open."""
+
+    def load(self, message_id: str) -> dict[str, bytes]: ...
+
+    def try_start(self, message_id: str, field: str, expected: bytes | None, deadline: int,
+                  attempt: int) -> bool: ...
+
+    def release(self, message_id: str, field: str, previous: bytes | None) -> None: ...
+
+    def complete(self, message_id: str, field: str) -> None: ...
+
+    def failed(self, message_id: str, field: str, retry_at: int, attempt: int) -> None: ...
+
+    def exhausted(self, message_id: str, field: str, attempts: int) -> None: ...
+
+
+class Settler(Protocol):
+    """Carries a Settlement out: the one place an entry is acknowledged or dead-lettered."""
+
+    def settle(self, plan: Plan, settlement: Settlement) -> bool: ...
+
+    def settle_unmatched(self, message_ids: list[str]) -> bool: ...
+
+
+class Slots(Protocol):
+    """Concurrency limits: ``with hold(...) as held`` holds a slot when *held* is True."""
+
+    def hold(self, name: str, concurrency: int, timeout: float) -> AbstractContextManager[bool]: ...
+
+
+class Leases(Protocol):
+    """Keeps an image from garbage collection while the ``with`` block runs."""
+
+    def lease(self, image: str) -> AbstractContextManager[object]: ...
+
+
+class RuleSource(Protocol):
+    """The live function set as the consumer reads it (relay.live.catalog.Catalog)."""
+
+    def rules(self) -> Rules: ...
+
+    def waiting(self) -> tuple[Function, ...]: ...
+
+
+class Dispatcher(Protocol):
+    """Runs a plan's targets and settles the entry."""
+
+    def dispatch(self, plan: Plan) -> None: ...
+
+
+class Gauge(Protocol):
+    def set(self, value: float) -> None: ...
+
+
+class Observer(Protocol):
+    """Domain events of the hot path; relay.metrics.prometheus.PrometheusObserver counts them.
+
+    Called inline in the consumer's and the dispatcher's greenlets: an
+    observer must be quick and must not raise.
+    """
+
+    def received(self, count: int) -> None:
+        """*count* events (not schedule occurrences) were read from the stream."""
+
+    def matched(self, function: str) -> None:
+        """An event matched at least one rule of *function* and goes to dispatch."""
+
+    def invocation_started(self, function: str, handler: str, attempt: int) -> None:
+        """Attempt *attempt* is about to run: its slots are held and the attempt is claimed."""
+
+    def invocation_finished(self, function: str, handler: str, attempt: int, outcome: Outcome | None) -> None:
+        """The attempt's outcome; None when running it raised. Follows every invocation_started."""
+
+    def settled(self, settlement: Settlement, count: int) -> None:
+        """*count* entries were settled as *settlement* says: Redis acknowledged or dead-lettered them
+        (a failed settle emits nothing; LEAVE_PENDING is emitted too, having nothing to do)."""

@@ -1,0 +1,67 @@
+"""Where Relay is in Redis: the stream address, and every key and field name it writes or reads.
+
+Operators, the docs and other tools read these names; they never change
+without a migration. Pure values and string functions, no Redis client.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from urllib.parse import quote
+
+
+@dataclass(frozen=True)
+class StreamAddress:
+    """The stream this worker reads, its consumer group, and its name in that group."""
+
+    stream: str
+    group: str
+    consumer: str
+
+
+# --- the fields of a stream entry -----------------------------------------------------
+
+EVENT = "event"          # the event JSON
+SCHEDULE = "schedule"    # set on a schedule occurrence: its occurrence id
+EVENT_FIELD = EVENT.encode()        # as redis-py returns them
+SCHEDULE_FIELD = SCHEDULE.encode()
+
+
+# --- invocation state -----------------------------------------------------------------
+
+
+def invocation_key(stream: str, group: str, message_id: str) -> str:
+    """The hash that holds one message's invocation states; names are percent-encoded."""
+    return f"relay:invocation:{quote(stream, safe='')}:{quote(group, safe='')}:{message_id}"
+
+
+def invocation_field(function: str, handler: str) -> str:
+    """The field of one matched invocation in that hash."""
+    return f"{function}/{handler}"
+
+
+# --- the dead-letter stream -----------------------------------------------------------
+
+
+def dlq_stream(stream: str) -> str:
+    return f"relay:{stream}:dlq"
+
+
+# The fields of a dead-letter entry (the event field is EVENT).
+DLQ_ORIGINAL_STREAM = "original_stream"
+DLQ_ORIGINAL_ID = "original_id"
+DLQ_GROUP = "group"
+DLQ_CONSUMER = "consumer"
+DLQ_REASON = "reason"
+DLQ_ATTEMPTS = "attempts"
+DLQ_TIMESTAMP = "timestamp"
+DLQ_TRUNCATED = "truncated"      # "true" when the event is only the start of one of ...
+DLQ_EVENT_BYTES = "event_bytes"  # ... this many bytes
+
+
+# --- schedules ------------------------------------------------------------------------
+
+
+def schedule_key(occurrence_id: str) -> str:
+    """The dedup key of one schedule occurrence (``schedule:<function>:<handler>:<instant>``)."""
+    return f"relay:{occurrence_id}"

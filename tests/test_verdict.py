@@ -1,0 +1,151 @@
+"""The settle decision, pure: from a plan and its targets' outcomes to a Settlement, no Redis."""
+
+from types import SimpleNamespace
+
+import pytest
+
+from relay.durations import SECOND
+from relay.functions.rules import Target
+from relay.stream import markers
+from relay.stream.plans import Plan
+from relay.stream.verdict import (COMPLETE, Cause, Settlement, Status, TargetOutcome, Verdict, decide_settlement,
+                                  stored_outcome)
+
+NOW = 1_800_000_000 * SECOND
+
+
+def target(function, handler, retries=2):
+    return Target(SimpleNamespace(name=function), SimpleNamespace(handler=handler, retries=retries))
+
+
+FIRST, SECOND_RULE, AUDIT = target("orders", "first"), target("orders", "second", retries=0), target("audit", "a")
+
+
+def plan(*targets, **fields):
+    return Plan("1-0", '{"kind": "order"}', {"kind": "order"}, targets, **fields)
+
+
+def terminal(attempts):
+    return TargetOutcome(Status.TERMINAL, attempts)
+
+
+OPEN = TargetOutcome(Status.OPEN, 1)
+
+
+# --- before a dispatch: what the consumer settles itself -------------------------
+
+
+def test_a_trimmed_entry_is_acknowledged_and_its_state_cleared():
+    settlement = decide_settlement(Plan("1-0", None, trimmed=True))
+    assert settlement == Settlement(Verdict.ACK, Cause.TRIMMED, clear_state=True, counts_processed=False)
+
+
+def test_an_obsolete_occurrence_is_acknowledged_without_counting_it_processed():
+    settlement = decide_settlement(Plan("1-0", "{}", {}, scheduled=True, obsolete=True))
+    assert (settlement.verdict, settlement.cause, settlement.clear_state, settlement.counts_processed) == (
+        Verdict.ACK, Cause.OBSOLETE, True, False)
+
+
+def test_a_malformed_entry_is_dead_lettered_with_no_attempts():
+    settlement = decide_settlement(Plan("1-0", None, problem="the entry has no 'event' field"))
+    assert settlement == Settlement(Verdict.DEAD_LETTER, Cause.MALFORMED, reason="the entry has no 'event' field",
+                                    attempts=0, event_bytes=0, functions=())
+
+
+def test_a_malformed_entry_over_the_size_limit_keeps_its_size():
+    settlement = decide_settlement(Plan("1-0", None, problem="too big", raw=b"x" * 10, event_bytes=5_000_000))
+    assert (settlement.verdict, settlement.event_bytes, settlement.attempts) == (Verdict.DEAD_LETTER, 5_000_000, 0)
+
+
+def test_an_entry_matching_a_function_not_built_yet_is_left_pending():
+    settlement = decide_settlement(plan(AUDIT, waiting=("orders",)))
+    assert (settlement.verdict, settlement.cause) == (Verdict.LEAVE_PENDING, Cause.WAITING)
+
+
+def test_an_entry_matching_nothing_is_acknowledged_without_clearing_state():
+    settlement = decide_settlement(plan())
+    assert settlement == Settlement(Verdict.ACK, Cause.UNMATCHED, clear_state=False, counts_processed=True)
+
+
+def test_an_entry_with_targets_is_dispatched_first():
+    assert decide_settlement(plan(FIRST)) is None
+
+
+def test_obsolete_wins_over_everything_else_and_problem_over_waiting():
+    assert decide_settlement(Plan("1-0", "{}", obsolete=True, problem="x")).cause is Cause.OBSOLETE
+    assert decide_settlement(Plan("1-0", "{}", problem="x", waiting=("a",))).cause is Cause.MALFORMED
+
+
+# --- after a dispatch -----------------------------------------------------------------
+
+
+def test_all_complete_is_an_ack_that_counts_as_processed():
+    settlement = decide_settlement(plan(AUDIT, FIRST), {0: COMPLETE, 1: TargetOutcome(Status.COMPLETE, 2)})
+    assert settlement == Settlement(Verdict.ACK, Cause.DONE, clear_state=True, counts_processed=True)
+
+
+def test_a_completed_schedule_occurrence_is_not_counted_as_processed():
+    settlement = decide_settlement(plan(FIRST, scheduled=True), {0: COMPLETE})
+    assert (settlement.verdict, settlement.counts_processed) == (Verdict.ACK, False)
+
+
+@pytest.mark.parametrize("outcomes", [
+    {0: COMPLETE, 1: OPEN},
+    {0: terminal(3), 1: OPEN, 2: COMPLETE},
+    {0: OPEN, 1: terminal(1), 2: terminal(3)},
+])
+def test_any_open_target_leaves_the_entry_pending(outcomes):
+    settlement = decide_settlement(plan(AUDIT, FIRST, SECOND_RULE), outcomes)
+    assert (settlement.verdict, settlement.cause) == (Verdict.LEAVE_PENDING, Cause.OPEN)
+
+
+def test_every_unfinished_target_exhausted_dead_letters_with_the_most_attempts():
+    settlement = decide_settlement(plan(AUDIT, FIRST, SECOND_RULE), {0: COMPLETE, 1: terminal(3), 2: terminal(1)})
+    assert settlement == Settlement(Verdict.DEAD_LETTER, Cause.EXHAUSTED,
+                                    reason="attempts exhausted for orders/first, orders/second", attempts=3,
+                                    functions=("audit", "orders"))
+
+
+def test_two_rules_with_the_same_handler_name_the_field_once():
+    twin = target("orders", "first")
+    settlement = decide_settlement(plan(FIRST, twin), {0: terminal(2), 1: terminal(3)})
+    assert (settlement.reason, settlement.attempts) == ("attempts exhausted for orders/first", 3)
+
+
+# --- targets the dispatch did not reach: judged by their stored markers -----------
+
+
+def test_targets_not_reached_are_judged_by_their_stored_markers():
+    stored = {"orders/first": b"ok", "orders/second": markers.exhausted(4).encode()}
+    settlement = decide_settlement(plan(AUDIT, FIRST, SECOND_RULE), {0: COMPLETE}, stored=stored, now=NOW)
+    assert settlement == Settlement(Verdict.DEAD_LETTER, Cause.EXHAUSTED,
+                                    reason="attempts exhausted for orders/second", attempts=4,
+                                    functions=("audit", "orders"))
+
+
+def test_a_target_not_reached_and_never_tried_keeps_the_entry_pending():
+    settlement = decide_settlement(plan(AUDIT, FIRST), {0: terminal(1)}, stored={}, now=NOW)
+    assert settlement.verdict is Verdict.LEAVE_PENDING
+
+
+def test_stored_markers_complete_every_target_not_reached():
+    settlement = decide_settlement(plan(AUDIT, FIRST), {}, stored={"audit/a": "ok", "orders/first": b"ok"}, now=NOW)
+    assert (settlement.verdict, settlement.cause) == (Verdict.ACK, Cause.DONE)
+
+
+@pytest.mark.parametrize(("raw", "retries", "expected"), [
+    (None, 2, TargetOutcome(Status.OPEN)),
+    (b"ok", 2, COMPLETE),
+    (markers.exhausted(5).encode(), 2, TargetOutcome(Status.TERMINAL, 5)),
+    (markers.running(NOW + SECOND, 1), 2, TargetOutcome(Status.OPEN)),           # busy
+    (markers.waiting(NOW - SECOND, 3), 2, TargetOutcome(Status.OPEN)),           # due to exhaust: not terminal yet
+    (markers.waiting(NOW - SECOND, 1), 2, TargetOutcome(Status.OPEN)),           # runnable
+    (b"garbage", 2, TargetOutcome(Status.OPEN)),                                 # unreadable: absent, eligible
+])
+def test_stored_outcome(raw, retries, expected):
+    assert stored_outcome(raw, NOW, retries) == expected
+
+
+def test_an_outcome_of_this_dispatch_wins_over_the_stored_marker():
+    settlement = decide_settlement(plan(FIRST), {0: COMPLETE}, stored={"orders/first": b"exhausted:3"}, now=NOW)
+    assert settlement.verdict is Verdict.ACK
