@@ -138,7 +138,8 @@ def parse_redis_uri(value):
     except ValueError:  # an unclosed or invalid [IPv6] host
         raise ConfigError(f"REDIS_URI={quote(shown)} is not a Redis address; use {_REDIS_URI_FORMS}") from None
     if parts.scheme not in ("redis", "rediss"):
-        raise ConfigError(f"REDIS_URI={quote(shown)} has an unknown scheme {quote(parts.scheme)}; use {_REDIS_URI_FORMS}")
+        raise ConfigError(
+            f"REDIS_URI={quote(shown)} has an unknown scheme {quote(parts.scheme)}; use {_REDIS_URI_FORMS}")
     if parts.query or parts.fragment:
         raise ConfigError(f"REDIS_URI={quote(shown)} has options Relay does not read; use {_REDIS_URI_FORMS}")
     host, port = _split_host_port(parts.netloc.rpartition("@")[2])
@@ -182,7 +183,8 @@ def _retention(environ):
         retention = parse_duration(raw)
     except DurationError as error:
         raise ConfigError(
-            f"REDIS_STREAM_RETENTION={quote(raw)} is not a duration ({shorten(str(error))}); use a Go duration such as 6h or 90m"
+            f"REDIS_STREAM_RETENTION={quote(raw)} is not a duration ({shorten(str(error))}); "
+            "use a Go duration such as 6h or 90m"
         ) from None
     if retention <= 0:
         raise ConfigError(f"REDIS_STREAM_RETENTION={quote(raw)} must be longer than zero, e.g. 6h")

@@ -41,31 +41,7 @@ def parse_duration(text):
         raise DurationError(f"invalid duration {text!r}")
     total = 0
     while rest:
-        if not (rest[0] == "." or _is_digit(rest[0])):
-            raise DurationError(f"invalid duration {text!r}")
-        whole, rest, digits_before = _leading_int(rest, text)
-        fraction, scale, digits_after = 0, 1.0, False
-        if rest[:1] == ".":
-            fraction, scale, rest, digits_after = _leading_fraction(rest[1:])
-        if not (digits_before or digits_after):
-            raise DurationError(f"invalid duration {text!r}")
-        end = 0
-        while end < len(rest) and not (rest[end] == "." or _is_digit(rest[end])):
-            end += 1
-        if end == 0:
-            raise DurationError(f"missing unit in duration {text!r}")
-        unit_name, rest = rest[:end], rest[end:]
-        unit = _UNITS.get(unit_name)
-        if unit is None:
-            raise DurationError(f"unknown unit {unit_name!r} in duration {text!r}")
-        if whole > _LIMIT // unit:
-            raise DurationError(f"invalid duration {text!r}")
-        value = whole * unit
-        if fraction:
-            # Go uses float64 here too; matching it keeps rounding identical.
-            value += int(float(fraction) * (float(unit) / scale))
-            if value > _LIMIT:
-                raise DurationError(f"invalid duration {text!r}")
+        value, rest = _term(rest, text)
         total += value
         if total > _LIMIT:
             raise DurationError(f"invalid duration {text!r}")
@@ -74,6 +50,36 @@ def parse_duration(text):
     if total > _LIMIT - 1:
         raise DurationError(f"invalid duration {text!r}")
     return total
+
+
+def _term(rest, text):
+    """The first number-and-unit of *rest* ("1.5h"), in nanoseconds, and what follows it."""
+    if not (rest[0] == "." or _is_digit(rest[0])):
+        raise DurationError(f"invalid duration {text!r}")
+    whole, rest, digits_before = _leading_int(rest, text)
+    fraction, scale, digits_after = 0, 1.0, False
+    if rest[:1] == ".":
+        fraction, scale, rest, digits_after = _leading_fraction(rest[1:])
+    if not (digits_before or digits_after):
+        raise DurationError(f"invalid duration {text!r}")
+    end = 0
+    while end < len(rest) and not (rest[end] == "." or _is_digit(rest[end])):
+        end += 1
+    if end == 0:
+        raise DurationError(f"missing unit in duration {text!r}")
+    unit_name, rest = rest[:end], rest[end:]
+    unit = _UNITS.get(unit_name)
+    if unit is None:
+        raise DurationError(f"unknown unit {unit_name!r} in duration {text!r}")
+    if whole > _LIMIT // unit:
+        raise DurationError(f"invalid duration {text!r}")
+    value = whole * unit
+    if fraction:
+        # Go uses float64 here too; matching it keeps rounding identical.
+        value += int(float(fraction) * (float(unit) / scale))
+        if value > _LIMIT:
+            raise DurationError(f"invalid duration {text!r}")
+    return value, rest
 
 
 def format_duration(nanoseconds):

@@ -130,12 +130,12 @@ class Supervisor:
         log.debug("Docker engine reachable")
 
     def _start_engine(self):
+        from relay.gitsync.webhook_secret import secret_store
         from relay.live.catalog import Catalog
         from relay.metrics.prometheus import Metrics
         from relay.runtime.executor import Executor
         from relay.runtime.leases import ImageLeases
         from relay.runtime.sweep import Leftovers, sweep_orphans
-        from relay.gitsync.webhook_secret import secret_store
         from relay.secrets.store import environment
         from relay.stream.group import ensure_group
         from relay.wiring import build_engine
@@ -167,11 +167,11 @@ class Supervisor:
         """The state writer and the watcher first (a slow startup build is visible, an edit
         during it is not lost), then every function, built; then the startup image GC."""
         from relay.live.reconciler import ActiveImages, Reconciler
+        from relay.live.watcher import Debouncer, Watcher
         from relay.runtime.image_gc import collect_garbage, retire_image
         from relay.runtime.images import ImageBuilder
         from relay.view.database import DB_PATH, StateDatabase
         from relay.view.writer import StateWriter, previous_functions
-        from relay.live.watcher import Debouncer, Watcher
 
         metrics, timing, docker = self.metrics, self.timing, self.docker
         hub = gevent.get_hub()
@@ -210,10 +210,10 @@ class Supervisor:
         """The side loops: each has loop() and stop()."""
         from relay.gitsync.webhook import webhook_service
         from relay.metrics.server import MetricsServer
-        from relay.stream.schedules import Publisher, Scheduler
         from relay.secrets.store import FileSecretStore
         from relay.stream.backlog import Backlog
         from relay.stream.retention import Retention
+        from relay.stream.schedules import Publisher, Scheduler
 
         config = self.config
         try:  # a webhook port that cannot be bound stops the start (WebhookBindError), loops and all

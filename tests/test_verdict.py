@@ -8,8 +8,16 @@ from relay.durations import SECOND
 from relay.functions.rules import Target
 from relay.stream import markers
 from relay.stream.plans import Plan
-from relay.stream.verdict import (COMPLETE, Cause, Settlement, Status, TargetOutcome, Verdict, decide_settlement,
-                                  stored_outcome)
+from relay.stream.verdict import (
+    COMPLETE,
+    Cause,
+    Settlement,
+    Status,
+    TargetOutcome,
+    Verdict,
+    decide_settlement,
+    stored_outcome,
+)
 
 NOW = 1_800_000_000 * SECOND
 

@@ -18,7 +18,7 @@ import json
 import math
 import re
 import time
-from datetime import date, datetime, timezone
+from datetime import UTC, date, datetime
 
 from relay.durations import parse_duration
 from relay.errors import DurationError
@@ -36,7 +36,7 @@ _MISSING = object()
 _NOW = re.compile(r"now\(\)(?:([+-])([0-9.].*))?", re.ASCII | re.DOTALL)
 _RFC3339 = re.compile(
     r"(\d{4})-(\d\d)-(\d\d)T(\d\d):(\d\d):(\d\d)(?:\.(\d{1,9}))?(?:(Z)|([+-])(\d\d):(\d\d))", re.ASCII)
-_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _EPOCH_ORDINAL = _EPOCH.toordinal()
 _SCALARS = (str, int, float, bool, type(None))
 
@@ -90,11 +90,12 @@ def _required_strings(pattern):
     """Top-level fields whose only condition is equality with strings -> frozenset of them."""
     required = {}
     for key, condition in pattern.items():
+        values = condition
         if isinstance(condition, dict) and list(condition) == ["equals"]:
-            condition = condition["equals"]
-            condition = condition if isinstance(condition, list) else [condition]
-        if isinstance(condition, list) and condition and all(type(value) is str for value in condition):
-            required[key] = frozenset(condition)
+            equals = condition["equals"]
+            values = equals if isinstance(equals, list) else [equals]
+        if isinstance(values, list) and values and all(type(value) is str for value in values):
+            required[key] = frozenset(values)
     return required
 
 
@@ -383,6 +384,6 @@ def _instant(text):
 
 def _nanoseconds(now):
     if now.tzinfo is None:
-        now = now.replace(tzinfo=timezone.utc)
+        now = now.replace(tzinfo=UTC)
     delta = now - _EPOCH
     return (delta.days * 86_400 + delta.seconds) * 1_000_000_000 + delta.microseconds * 1000

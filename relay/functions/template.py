@@ -18,10 +18,10 @@ import yaml
 
 from relay.durations import MINUTE, SECOND, format_duration, parse_duration
 from relay.errors import DurationError
-from relay.names import env_name_problem, secret_name_problem
 from relay.functions.document import load_document
 from relay.functions.patterns import Pattern, compile_pattern
 from relay.functions.problems import Problems, join, reason, show
+from relay.names import env_name_problem, secret_name_problem
 
 RUNTIMES = ("python3.14", "node24")
 DEFAULT_CONCURRENCY = 2

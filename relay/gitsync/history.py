@@ -6,7 +6,7 @@ file, which sync always leaves detached at a full commit id.
 
 import json
 import re
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 from relay.files import write_atomically
@@ -24,7 +24,7 @@ def head_commit(checkout):
 
 
 def record_last_sync(layout, source, commit, functions):
-    record = {"time": datetime.now(timezone.utc).astimezone().isoformat(timespec="seconds"), "commit": commit,
+    record = {"time": datetime.now(UTC).astimezone().isoformat(timespec="seconds"), "commit": commit,
               "repository": source.repository, "ref": source.ref, "path": source.path, "functions": functions}
     write_atomically(layout.last_sync, (json.dumps(record, indent=2) + "\n").encode(), mode=0o600)
 

@@ -105,7 +105,8 @@ class Reconciler:
                 log.exception("Periodic rescan of the functions failed")
 
     def rescan(self):
-        names = set(function_names(self.root)) | set(self.statuses) | {active.name for active in self.catalog.snapshot()}
+        serving = {active.name for active in self.catalog.snapshot()}
+        names = set(function_names(self.root)) | set(self.statuses) | serving
         for name in sorted(names):
             self.request(name)
 

@@ -19,10 +19,10 @@ import logging
 import re
 import sys
 import time
+from collections.abc import Mapping
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Mapping
 
 from docker.errors import DockerException, ImageNotFound, NotFound
 from requests.exceptions import ConnectionError as RequestsConnectionError

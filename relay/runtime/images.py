@@ -37,9 +37,9 @@ from relay.durations import format_duration
 from relay.errors import BuildError, reason
 from relay.functions.fingerprint import fingerprint_directory
 from relay.runtime.build_context import dependency_context, function_context
+from relay.runtime.build_limits import Cutoff, Tail
 from relay.runtime.image_gc import collect_garbage, retire_image  # noqa: F401  (the runtime's image API)
 from relay.runtime.leases import ImageLeases  # noqa: F401
-from relay.runtime.build_limits import Cutoff, Tail
 from relay.runtime.recipes import FINGERPRINT_LABEL, RECIPE_LABEL, dependency_recipe, function_recipe
 from relay.runtime.registry import runtime_for
 from relay.runtime.sweep import sweep_orphans  # noqa: F401
@@ -158,8 +158,8 @@ class ImageBuilder:
         text = chunk.get("stream")
         if text is None and "status" in chunk and "progressDetail" not in chunk:
             text = " ".join(str(chunk[key]) for key in ("id", "status") if chunk.get(key))
-        for line in (text or "").splitlines():
-            line = _ANSI.sub("", line).rstrip()
+        for raw in (text or "").splitlines():
+            line = _ANSI.sub("", raw).rstrip()
             if line:
                 tail.add(line)
                 log.debug(line, extra={"function": function.name, "image": tag})

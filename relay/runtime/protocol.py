@@ -64,7 +64,7 @@ def send_stdin(sock, payload, deadline):
             sock.settimeout(_remaining(deadline))
             sock.sendall(payload)
         sock.shutdown(socket.SHUT_WR)
-    except socket.timeout:
+    except TimeoutError:
         raise DeadlineExceeded() from None
     except (BrokenPipeError, ConnectionResetError):
         pass
@@ -77,7 +77,7 @@ def read_until_closed(sock, feed, deadline, size=65536):
         try:
             sock.settimeout(_remaining(deadline))
             data = sock.recv(size)
-        except socket.timeout:
+        except TimeoutError:
             raise DeadlineExceeded() from None
         if not data:
             return

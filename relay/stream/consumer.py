@@ -19,6 +19,7 @@ its dispatch is still running and will settle it.
 from __future__ import annotations
 
 import logging
+from typing import cast
 
 import redis
 from gevent.event import Event
@@ -26,11 +27,14 @@ from gevent.pool import Group
 
 from relay import seams
 from relay.config import DEFAULT_MAX_EVENT_BYTES
+from relay.stream.group import ensure_group, is_missing_group
 from relay.stream.keys import StreamAddress
 from relay.stream.plans import plan_entry
-from relay.stream.group import ensure_group, is_missing_group
 from relay.stream.resilience import Outage
 from relay.stream.verdict import Cause, decide_settlement
+
+Entries = list[tuple[bytes | str, dict[bytes, bytes] | None]]
+StreamResponse = list[tuple[bytes, Entries]]   # XREADGROUP's reply: (stream, entries) pairs
 
 log = logging.getLogger("relay.stream.consumer")
 
@@ -96,8 +100,9 @@ class Consumer:
             if not self.buffer.wait_for_space(timeout=1.0):
                 continue
             try:
-                response = self.client.xreadgroup(address.group, address.consumer, {address.stream: ">"},
-                                                  count=self.buffer.free(), block=self.block_ms)
+                response = cast("StreamResponse", self.client.xreadgroup(
+                    address.group, address.consumer, {address.stream: ">"},
+                    count=self.buffer.free(), block=self.block_ms))
             except redis.RedisError as error:
                 self._trouble(error, outage)
                 continue
@@ -152,7 +157,7 @@ class Consumer:
 
     # --- entries ------------------------------------------------------------------
 
-    def accept(self, entries: list[tuple[bytes | str, dict[bytes, bytes] | None]]) -> None:
+    def accept(self, entries: Entries) -> None:
         """Plan every entry; settle at once what needs no dispatch, dispatch the rest.
 
         Entries that match nothing are acknowledged together, in one round trip.

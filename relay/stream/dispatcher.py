@@ -22,7 +22,6 @@ from contextlib import ExitStack
 from enum import Enum
 
 from relay import seams
-
 from relay.durations import format_duration
 from relay.errors import RelayError
 from relay.runtime.executor import Invocation, Outcome

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 from collections import OrderedDict
+from typing import cast
 
 import redis
 
@@ -53,7 +54,7 @@ class InvocationStore:
         what is stored, even when it is not text.
         """
         try:
-            stored = self.client.hgetall(self.key(message_id))
+            stored = cast("dict[bytes, bytes]", self.client.hgetall(self.key(message_id)))
         except redis.RedisError as error:
             log.warning("Cannot read invocation state; treating it as empty",
                         extra={"message_id": message_id, "error": str(error)})

@@ -17,7 +17,7 @@ first time), and instants never go backwards.
 import json
 import logging
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from zoneinfo import ZoneInfo
 
 from croniter import croniter
@@ -77,7 +77,7 @@ def next_instant(cron, zone_name, after):
     # DST change a wall time can land at or before *after*: keep the first later one.
     times = croniter(cron, wall, second_at_beginning=six_fields)
     for _ in range(_MAX_STEPS):
-        candidate = times.get_next(datetime).replace(tzinfo=zone, fold=0).astimezone(timezone.utc)
+        candidate = times.get_next(datetime).replace(tzinfo=zone, fold=0).astimezone(UTC)
         if candidate > after:
             return candidate
     raise RuntimeError(f"no occurrence of {cron!r} found after {after.isoformat()}")
@@ -128,7 +128,7 @@ class Scheduler:
 
         self.catalog = catalog
         self.publisher = publisher
-        self.clock = clock or (lambda: datetime.now(timezone.utc))
+        self.clock = clock or (lambda: datetime.now(UTC))
         self.sync_interval = sync_interval
         self.stopping = gevent.event.Event()
         self.jobs = {}

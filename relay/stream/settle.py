@@ -9,9 +9,10 @@ instead of losing it.
 from __future__ import annotations
 
 import logging
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import redis
+from redis.typing import EncodableT, FieldT
 
 from relay import seams
 from relay.stream import keys
@@ -81,7 +82,7 @@ class Settler:
         *event_bytes* set, it is only the start of an event that size, and the
         entry says so (``truncated``, ``event_bytes``).
         """
-        fields: dict[str, str | bytes] = {
+        fields: dict[FieldT, EncodableT] = {
             keys.DLQ_ORIGINAL_STREAM: self.address.stream,
             keys.DLQ_ORIGINAL_ID: message_id,
             keys.DLQ_GROUP: self.address.group,
@@ -89,7 +90,7 @@ class Settler:
             keys.EVENT: payload if payload is not None else "",
             keys.DLQ_REASON: reason,
             keys.DLQ_ATTEMPTS: str(attempts),
-            keys.DLQ_TIMESTAMP: datetime.now(timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z"),
+            keys.DLQ_TIMESTAMP: datetime.now(UTC).isoformat(timespec="seconds").replace("+00:00", "Z"),
         }
         if event_bytes:
             fields.update({keys.DLQ_TRUNCATED: "true", keys.DLQ_EVENT_BYTES: str(event_bytes)})

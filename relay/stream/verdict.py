@@ -24,6 +24,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import Enum
+from typing import overload
 
 from relay.stream import markers
 from relay.stream.markers import Action
@@ -87,6 +88,12 @@ UNMATCHED = Settlement(Verdict.ACK, Cause.UNMATCHED, clear_state=False, counts_p
 OPEN = Settlement(Verdict.LEAVE_PENDING, Cause.OPEN)
 
 
+@overload
+def decide_settlement(plan: Plan, outcomes: None = None, *,
+                      stored: Mapping[str, bytes | str] | None = None, now: int = 0) -> Settlement | None: ...
+@overload
+def decide_settlement(plan: Plan, outcomes: Mapping[int, TargetOutcome], *,
+                      stored: Mapping[str, bytes | str] | None = None, now: int = 0) -> Settlement: ...
 def decide_settlement(plan: Plan, outcomes: Mapping[int, TargetOutcome] | None = None, *,
                       stored: Mapping[str, bytes | str] | None = None, now: int = 0) -> Settlement | None:
     """The Settlement for *plan*, or None when its targets are still to be dispatched.
@@ -119,7 +126,8 @@ def _judge(plan: Plan, outcomes: Mapping[int, TargetOutcome], stored: Mapping[st
         return Settlement(Verdict.ACK, Cause.DONE, counts_processed=not plan.scheduled)
     if Status.OPEN in statuses:
         return OPEN
-    terminal = [(target, outcome) for target, outcome in zip(plan.targets, judged) if outcome.status is Status.TERMINAL]
+    terminal = [(target, outcome) for target, outcome in zip(plan.targets, judged, strict=True)
+                if outcome.status is Status.TERMINAL]
     exhausted = sorted({target.field for target, _ in terminal})
     return Settlement(Verdict.DEAD_LETTER, Cause.EXHAUSTED, reason=f"attempts exhausted for {', '.join(exhausted)}",
                       attempts=max(outcome.attempts for _, outcome in terminal),

@@ -20,7 +20,7 @@ import os
 import sqlite3
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 from relay.config import STATE_DIR
@@ -149,14 +149,14 @@ _COUNTER_COLUMNS = ("events_processed", "handler_successes", "handler_failures",
 
 
 def now():
-    return datetime.now(timezone.utc).replace(microsecond=0)
+    return datetime.now(UTC).replace(microsecond=0)
 
 
 def rfc3339(moment):
     """2026-09-08T12:00:00Z: UTC, whole seconds."""
     if moment is None:
         return None
-    return moment.astimezone(timezone.utc).replace(microsecond=0).isoformat().replace("+00:00", "Z")
+    return moment.astimezone(UTC).replace(microsecond=0).isoformat().replace("+00:00", "Z")
 
 
 def parse_time(text):

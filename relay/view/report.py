@@ -1,14 +1,15 @@
 """What ``relay function ls``, ``relay function inspect <name>`` and ``relay stats`` print.
 
-The commands (relay.commands.function, relay.commands.stats) read the state database file and nothing else (no Redis, Docker or
-/functions), so they work while Relay or Redis is down. Rendering is plain
+The commands (relay.commands.function, relay.commands.stats) read the state
+database file and nothing else (no Redis, Docker or /functions), so they work
+while Relay or Redis is down. Rendering is plain
 functions of records and the current time, so the layouts are tested as
 golden text. Imports stay light: sqlite3, and cron-descriptor only when a
 function has schedules.
 """
 
 import sys
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from relay.durations import SECOND, format_duration
 from relay.errors import StateError, UnknownFunction
@@ -44,7 +45,7 @@ def print_report(command, render):
 
 
 def now():
-    return datetime.now(timezone.utc)
+    return datetime.now(UTC)
 
 
 # --- rendering ------------------------------------------------------------------------
@@ -114,7 +115,7 @@ def age(moment, now):
         return f"{seconds // 3600}h ago"
     if seconds < ABSOLUTE_AFTER_DAYS * 86400:
         return f"{seconds // 86400}d ago"
-    return moment.astimezone(timezone.utc).strftime("%Y-%m-%d")
+    return moment.astimezone(UTC).strftime("%Y-%m-%d")
 
 
 def describe_cron(expression):
@@ -142,8 +143,8 @@ def _field(label, value):
 
 
 def _timestamp(moment):
-    return moment.astimezone(timezone.utc).isoformat().replace("+00:00", "Z")
+    return moment.astimezone(UTC).isoformat().replace("+00:00", "Z")
 
 
 def _columns(values, widths):
-    return "".join(f"{value:<{width}}" for value, width in zip(values, widths))
+    return "".join(f"{value:<{width}}" for value, width in zip(values, widths, strict=True))

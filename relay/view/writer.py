@@ -26,7 +26,18 @@ from relay.durations import format_duration
 from relay.errors import StateError
 from relay.live.status import Outcome
 from relay.view.database import (
-    EVENT, FAILED, PENDING, READY, SCHEDULE, SUCCESS, Counters, FunctionRecord, HandlerRecord, StateReader, Stats, now,
+    EVENT,
+    FAILED,
+    PENDING,
+    READY,
+    SCHEDULE,
+    SUCCESS,
+    Counters,
+    FunctionRecord,
+    HandlerRecord,
+    StateReader,
+    Stats,
+    now,
 )
 
 log = logging.getLogger("relay.view.writer")
