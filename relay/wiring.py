@@ -15,9 +15,9 @@ from typing import TYPE_CHECKING
 
 import redis
 
-from relay import seams
 from relay.config import DEFAULT_MAX_EVENT_BYTES
 from relay.metrics.prometheus import Metrics, PrometheusObserver
+from relay.stream import seams
 from relay.stream.consumer import MIN_IDLE, READ_BLOCK_MS, RECLAIM_INTERVAL, Buffer, Consumer
 from relay.stream.dispatcher import SLOT_WAIT, Dispatcher
 from relay.stream.invocations import InvocationStore

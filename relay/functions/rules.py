@@ -14,8 +14,6 @@ catalog snapshot and never changes.
 
 from dataclasses import dataclass
 
-from relay.stream.keys import invocation_field
-
 
 @dataclass(frozen=True)
 class Target:
@@ -23,10 +21,6 @@ class Target:
 
     active: object   # relay.live.catalog.ActiveFunction
     rule: object     # relay.functions.Rule
-
-    @property
-    def field(self):
-        return invocation_field(self.active.name, self.rule.handler)
 
 
 class Rules:

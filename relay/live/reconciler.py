@@ -44,8 +44,7 @@ from relay.functions.function import TEMPLATE_FILE
 from relay.gitsync.webhook_secret import webhook_secret_name
 from relay.live.catalog import ActiveFunction
 from relay.live.loading import function_names
-from relay.live.status import FunctionStatus, Outcome
-from relay.view.database import now
+from relay.live.status import FunctionStatus, Outcome, now
 
 log = logging.getLogger("relay.live.reconciler")
 

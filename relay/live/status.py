@@ -6,7 +6,7 @@ reconciler knows nothing of rows or SQLite, the view nothing of reconciling.
 """
 
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from enum import Enum
 
 from relay.functions import Function
@@ -35,3 +35,8 @@ class FunctionStatus:
     @property
     def name(self):
         return self.function.name
+
+
+def now() -> datetime:
+    """The time a status records: UTC, in whole seconds (as the state view shows it)."""
+    return datetime.now(UTC).replace(microsecond=0)

@@ -5,7 +5,7 @@ registered at import time). Labels are only function, handler and outcome;
 message, event, container and fingerprint IDs are never labels.
 
 The consumer, the dispatcher and the Settler do not touch these metrics:
-they emit domain events (relay.seams.Observer), and ``PrometheusObserver``
+they emit domain events (relay.stream.seams.Observer), and ``PrometheusObserver``
 turns each into its counter updates. The backlog sampler, the schedule
 publisher, the image builder's callbacks, the buffer gauge and the slot-wait
 counter still set theirs directly.
@@ -76,7 +76,7 @@ class Metrics:
 
 
 class PrometheusObserver:
-    """The hot path's domain events as Prometheus updates (a relay.seams.Observer)."""
+    """The hot path's domain events as Prometheus updates (a relay.stream.seams.Observer)."""
 
     def __init__(self, metrics: Metrics) -> None:
         self.metrics = metrics

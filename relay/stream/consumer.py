@@ -25,8 +25,8 @@ import redis
 from gevent.event import Event
 from gevent.pool import Group
 
-from relay import seams
 from relay.config import DEFAULT_MAX_EVENT_BYTES
+from relay.stream import seams
 from relay.stream.group import ensure_group, is_missing_group
 from relay.stream.keys import StreamAddress
 from relay.stream.plans import plan_entry

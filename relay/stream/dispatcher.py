@@ -21,11 +21,11 @@ import time
 from contextlib import ExitStack
 from enum import Enum
 
-from relay import seams
 from relay.durations import format_duration
 from relay.errors import RelayError
 from relay.runtime.executor import Invocation, Outcome
-from relay.stream import markers
+from relay.stream import markers, seams
+from relay.stream.keys import target_field
 from relay.stream.markers import Action, decide
 from relay.stream.plans import Plan
 from relay.stream.verdict import COMPLETE, Status, TargetOutcome, decide_settlement
@@ -72,7 +72,7 @@ class Dispatcher:
         stored = self.store.load(plan.message_id)
         outcomes = {}
         for index, target in enumerate(plan.targets):
-            field = target.field
+            field = target_field(target)
             raw = stored.get(field)
             decision = decide(markers.parse(raw), self.clock(), target.rule.retries)
             if decision.action is Action.SKIP_COMPLETE:
@@ -110,13 +110,13 @@ class Dispatcher:
                 log.info("No concurrency slot free; entry left pending", extra=_attrs(plan, target))
                 return NotRun.NO_SLOT
             started = self.clock()
-            if not self.store.try_start(plan.message_id, target.field, raw, started + rule.timeout, attempt):
+            if not self.store.try_start(plan.message_id, target_field(target), raw, started + rule.timeout, attempt):
                 log.debug("Invocation claimed by another worker; skipped", extra=_attrs(plan, target))
                 return NotRun.CLAIMED_ELSEWHERE
             log.debug("Rule matched", extra=_attrs(plan, target, attempt=attempt))
             outcome = self._execute(plan, target, attempt)
         if outcome.engine_unavailable:
-            self.store.release(plan.message_id, target.field, raw)
+            self.store.release(plan.message_id, target_field(target), raw)
             log.warning("Docker engine unreachable; attempt not charged, entry left pending",
                         extra=_attrs(plan, target, attempt=attempt, error=outcome.error))
             return TargetOutcome(Status.OPEN, attempt)
@@ -150,17 +150,17 @@ class Dispatcher:
         attrs = _attrs(plan, target, attempt=attempt, duration=f"{outcome.duration:.3f}s",
                        exit_code=outcome.exit_code)
         if outcome.ok:
-            self.store.complete(plan.message_id, target.field)
+            self.store.complete(plan.message_id, target_field(target))
             log.info("Handler executed", extra=attrs)
             return TargetOutcome(Status.COMPLETE, attempt)
 
         attrs["error"] = outcome.error or f"exit code {outcome.exit_code}"
         if attempt >= 1 + target.rule.retries:
-            self.store.exhausted(plan.message_id, target.field, attempt)
+            self.store.exhausted(plan.message_id, target_field(target), attempt)
             log.error("Handler failed; attempts exhausted", extra=attrs)
             return TargetOutcome(Status.TERMINAL, attempt)
         wait = markers.backoff(attempt)
-        self.store.failed(plan.message_id, target.field, self.clock() + wait, attempt)
+        self.store.failed(plan.message_id, target_field(target), self.clock() + wait, attempt)
         attrs["retry_in"] = format_duration(wait)
         log.warning("Handler failed; will retry", extra=attrs)
         return TargetOutcome(Status.OPEN, attempt)

@@ -40,6 +40,11 @@ def invocation_field(function: str, handler: str) -> str:
     return f"{function}/{handler}"
 
 
+def target_field(target) -> str:
+    """The field of a matched rule (a relay.functions.rules.Target) in that hash."""
+    return invocation_field(target.active.name, target.rule.handler)
+
+
 # --- the dead-letter stream -----------------------------------------------------------
 
 

@@ -14,8 +14,7 @@ from datetime import UTC, datetime
 import redis
 from redis.typing import EncodableT, FieldT
 
-from relay import seams
-from relay.stream import keys
+from relay.stream import keys, seams
 from relay.stream.keys import StreamAddress, dlq_stream
 from relay.stream.plans import Plan
 from relay.stream.verdict import UNMATCHED, Settlement, Verdict

@@ -27,6 +27,7 @@ from enum import Enum
 from typing import overload
 
 from relay.stream import markers
+from relay.stream.keys import target_field
 from relay.stream.markers import Action
 from relay.stream.plans import Plan
 
@@ -119,7 +120,7 @@ def decide_settlement(plan: Plan, outcomes: Mapping[int, TargetOutcome] | None =
 
 def _judge(plan: Plan, outcomes: Mapping[int, TargetOutcome], stored: Mapping[str, bytes | str],
            now: int) -> Settlement:
-    judged = [outcomes.get(index) or stored_outcome(stored.get(target.field), now, target.rule.retries)
+    judged = [outcomes.get(index) or stored_outcome(stored.get(target_field(target)), now, target.rule.retries)
               for index, target in enumerate(plan.targets)]
     statuses = {outcome.status for outcome in judged}
     if statuses <= {Status.COMPLETE}:
@@ -128,7 +129,7 @@ def _judge(plan: Plan, outcomes: Mapping[int, TargetOutcome], stored: Mapping[st
         return OPEN
     terminal = [(target, outcome) for target, outcome in zip(plan.targets, judged, strict=True)
                 if outcome.status is Status.TERMINAL]
-    exhausted = sorted({target.field for target, _ in terminal})
+    exhausted = sorted({target_field(target) for target, _ in terminal})
     return Settlement(Verdict.DEAD_LETTER, Cause.EXHAUSTED, reason=f"attempts exhausted for {', '.join(exhausted)}",
                       attempts=max(outcome.attempts for _, outcome in terminal),
                       functions=tuple(sorted({target.active.name for target in plan.targets})))
