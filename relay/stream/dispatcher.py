@@ -165,6 +165,7 @@ class Dispatcher:
         log.warning("Handler failed; will retry", extra=attrs)
         return TargetOutcome(Status.OPEN, attempt)
 
+
 def _attrs(plan, target, **more):
     attrs = {"function": target.active.name, "handler": target.rule.handler, "message_id": plan.message_id,
              "event_id": plan.event_id, "event_name": plan.event_name}
