@@ -41,8 +41,9 @@ import report  # noqa: E402
 from relay.durations import SECOND  # noqa: E402
 from relay.functions import load_function  # noqa: E402
 from relay.runtime.containers import USER, host_config  # noqa: E402
-from relay.runtime.executor import Executor, Invocation  # noqa: E402
+from relay.runtime.executor import Executor  # noqa: E402
 from relay.runtime.images import ImageBuilder  # noqa: E402
+from relay.runtime.invocation import Invocation  # noqa: E402
 from relay.runtime.leases import ImageLeases  # noqa: E402
 
 HANDLER = "handler.handler"

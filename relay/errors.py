@@ -103,6 +103,14 @@ class DeadlineExceeded(ExecutionError):
     """The invocation's deadline passed while Relay was waiting on the engine."""
 
 
+class ProtocolBreak(ExecutionError):
+    """A warm container wrote something its protocol does not allow."""
+
+
+class ContainerExited(ExecutionError):
+    """A warm container's process ended."""
+
+
 class SecretError(RelayError):
     """A secret is missing, unreadable, unusable or has an invalid name."""
 

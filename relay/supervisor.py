@@ -84,6 +84,7 @@ class Supervisor:
         self.stopping = Event()
         self.redis = None
         self.docker = None
+        self.executor = None
         self.consumer = None
         self.state = None
         self.catalog = None
@@ -147,13 +148,15 @@ class Supervisor:
         self._spawn_services([leftovers])
         self.catalog = Catalog()
         self.leases = ImageLeases()
+        self.executor = executor = Executor(self.docker, config.consumer, leases=self.leases, leftovers=leftovers,
+                                            warm_capacity=config.max_concurrency)
+        self._spawn_services([executor.warm])
         self.secrets = secrets = secret_store(self.secrets_dir) if self.secrets_dir else secret_store()
         self._load_functions()
 
         ensure_group(client, config.stream, config.group)
         engine = build_engine(
-            client, self.address, catalog=self.catalog,
-            executor=Executor(self.docker, config.consumer, leftovers=leftovers),
+            client, self.address, catalog=self.catalog, executor=executor,
             environment=lambda function: environment(function, secrets), leases=self.leases, metrics=metrics,
             max_concurrency=config.max_concurrency, max_buffered_events=config.max_buffered_events,
             max_event_bytes=config.max_event_bytes,
@@ -190,7 +193,8 @@ class Supervisor:
         active_images = ActiveImages(self.catalog)
         self.reconciler = Reconciler(
             self.functions_dir, builder, self.catalog,
-            retire=lambda tag: retire_image(docker, tag, self.leases, active_images),
+            retire=lambda tag: (self.executor.warm.retire_image(tag),
+                                retire_image(docker, tag, self.leases, active_images)),
             on_change=self.state.functions_changed,
             offload=lambda function, *args: hub.threadpool.apply(function, args),
             webhook_secret=self.secrets.webhook_secret,
@@ -288,6 +292,8 @@ class Supervisor:
             log.warning("Invocations still running at the drain deadline; their entries stay pending",
                         extra={"running": len(self.consumer.dispatches), "deadline": f"{deadline:.0f}s"})
             self.consumer.dispatches.kill(timeout=10)
+        if not self.executor.warm.close():
+            log.warning("Warm containers still being removed at the deadline; the next start sweeps them")
         gevent.joinall(self.loops, timeout=5)
         gevent.killall([loop for loop in self.loops if not loop.dead], timeout=5)
         self._final_flush()

@@ -26,7 +26,7 @@ from relay.stream.settle import Settler
 from relay.stream.slots import Slots
 
 if TYPE_CHECKING:
-    from relay.runtime.executor import Outcome
+    from relay.runtime.invocation import Outcome
     from relay.stream.verdict import Settlement
 
 

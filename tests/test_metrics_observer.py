@@ -3,7 +3,7 @@
 import pytest
 
 from relay.metrics.prometheus import Metrics, PrometheusObserver
-from relay.runtime.executor import Outcome
+from relay.runtime.invocation import Outcome
 from relay.stream.verdict import OBSOLETE, OPEN, TRIMMED, UNMATCHED, WAITING, Cause, Settlement, Verdict
 from relay.wiring import Observers
 

@@ -14,8 +14,9 @@ from pathlib import Path
 import pytest
 
 from relay.durations import SECOND
-from relay.runtime.executor import Executor, Invocation, redact
+from relay.runtime.executor import Executor
 from relay.runtime.images import ImageBuilder
+from relay.runtime.invocation import Invocation, redact
 from relay.runtime.output import MAX_LINE_BYTES, TRUNCATED
 from relay.runtime.recipes import dependency_recipe
 from relay.runtime.registry import RUNTIMES
@@ -329,7 +330,8 @@ import io, json, sys, time
 import docker
 import gevent
 from relay.durations import SECOND
-from relay.runtime.executor import Executor, Invocation, redact
+from relay.runtime.executor import Executor
+from relay.runtime.invocation import Invocation, redact
 
 function, image, hostname = sys.argv[1:4]
 client = docker.from_env()

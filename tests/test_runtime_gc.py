@@ -11,9 +11,10 @@ from docker.errors import APIError, NotFound
 
 from relay.durations import SECOND
 from relay.functions import load_function
-from relay.runtime.executor import Executor, Invocation
+from relay.runtime.executor import Executor
 from relay.runtime.image_gc import collect_garbage, retire_image
 from relay.runtime.images import ImageBuilder
+from relay.runtime.invocation import Invocation
 from relay.runtime.leases import ImageLeases
 from tests.support.runtime import (
     Pins,

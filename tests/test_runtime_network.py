@@ -12,8 +12,9 @@ import pytest
 from relay.durations import SECOND
 from relay.errors import TemplateError
 from relay.functions import load_function
-from relay.runtime.executor import Executor, Invocation
+from relay.runtime.executor import Executor
 from relay.runtime.images import ImageBuilder
+from relay.runtime.invocation import Invocation
 from tests.support.workers import Worker, engine_env, namespaced_relay_command, publish, wait_until, write_function
 
 SOURCE = """

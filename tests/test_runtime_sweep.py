@@ -9,7 +9,8 @@ import pytest
 from docker.errors import NotFound
 
 from relay.durations import SECOND
-from relay.runtime.executor import Executor, Invocation
+from relay.runtime.executor import Executor
+from relay.runtime.invocation import Invocation
 from relay.runtime.sweep import Leftovers, sweep_orphans
 from tests.support.runtime import token
 

@@ -17,7 +17,8 @@ import urllib.request
 import pytest
 
 from relay.durations import SECOND
-from relay.runtime.executor import Executor, Invocation
+from relay.runtime.executor import Executor
+from relay.runtime.invocation import Invocation
 from relay.stream import markers
 from tests.support.commands import relay_secret, secret_command
 from tests.support.redis_server import free_port

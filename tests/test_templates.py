@@ -7,6 +7,7 @@ import pytest
 from relay.durations import MINUTE, SECOND
 from relay.errors import TemplateError
 from relay.functions import parse_template
+from relay.functions.template import Warm
 
 SOURCE = "/functions/demo/template.yaml"
 RULE = "events:\n  - handler: events.created.handler\n    pattern: {event_name: [INSERT]}\n"
@@ -319,3 +320,50 @@ def test_all_problems_are_reported_at_once():
         "  events[1].handler: 'bad' is not of the form module.function (e.g. events.created.handler)",
         "  events[1].pattern: is required",
     ]
+
+
+# --- warm ---
+
+def test_without_warm_every_invocation_gets_its_own_container():
+    template = parse("runtime: python3.14\nconcurrency: 4\n" + RULE)
+    assert template.warm is None and template.running_limit == 4
+
+
+def test_warm_defaults():
+    template = parse("runtime: python3.14\nconcurrency: 4\nwarm: {}\n" + RULE)
+    assert template.warm == Warm(containers=4, max_invocations=1000, idle=10 * MINUTE, prestart=False)
+    assert template.running_limit == 4
+
+
+def test_warm_settings():
+    template = parse("runtime: node24\nconcurrency: 4\nwarm:\n  containers: 2\n  max_invocations: 50\n"
+                     "  idle: 90s\n  prestart: true\n" + RULE)
+    assert template.warm == Warm(containers=2, max_invocations=50, idle=90 * SECOND, prestart=True)
+    assert template.running_limit == 2
+
+
+@pytest.mark.parametrize(("warm", "message"), [
+    ("warm:\n  containers: 5\n", "warm.containers: 5 must be between 1 and concurrency (4)"),
+    ("warm:\n  containers: 0\n", "warm.containers: 0 must be between 1 and concurrency (4)"),
+    ("warm:\n  containers: two\n", "warm.containers: 'two' must be between 1 and concurrency (4)"),
+    ("warm:\n  containers: true\n", "warm.containers: True must be between 1 and concurrency (4)"),
+    ("warm:\n  max_invocations: 0\n", "warm.max_invocations: 0 must be a whole number of 1 or more"),
+    ("warm:\n  max_invocations: 1.5\n", "warm.max_invocations: 1.5 must be a whole number of 1 or more"),
+    ("warm:\n  idle: 10\n", "warm.idle: 10 is not a duration"),
+    ("warm:\n  idle: 0s\n", "warm.idle: '0s' must be longer than zero"),
+    ("warm:\n  idle: soon\n", "warm.idle: 'soon' is not a duration"),
+    ("warm:\n  prestart: yes please\n", "warm.prestart: 'yes please' must be true or false"),
+    ("warm:\n  containres: 2\n", "warm.containres: is not a key of warm; use containers, max_invocations, idle, "
+                                 "prestart"),
+    ("warm: true\n", "warm: must be a mapping with containers, max_invocations, idle or prestart, not True"),
+    ("warm: [2]\n", "warm: must be a mapping"),
+    ("warm:\n", "warm: must be a mapping"),
+])
+def test_bad_warm(warm, message):
+    assert message in problems("runtime: python3.14\nconcurrency: 4\n" + warm + RULE)
+
+
+def test_warm_problems_come_with_the_others():
+    text = problems("runtime: python3.14\nconcurrency: 0\nwarm:\n  containers: 3\n  idle: x\n" + RULE)
+    assert "concurrency: 0 must be a whole number of 1 or more" in text
+    assert "warm.idle: 'x' is not a duration" in text

@@ -30,8 +30,11 @@ MAX_TIMEOUT = 5 * MINUTE
 DEFAULT_RETRIES = 4
 RESERVED_VARIABLES = frozenset({"RELAY_HANDLER"})
 NETWORKS = ("none",)  # network: none runs the containers without any network; absent means the engine's default
+DEFAULT_MAX_INVOCATIONS = 1000
+DEFAULT_IDLE = 10 * MINUTE
 
-_TOP_KEYS = ("runtime", "concurrency", "events", "schedules", "env", "secrets", "network")
+_TOP_KEYS = ("runtime", "concurrency", "events", "schedules", "env", "secrets", "network", "warm")
+_WARM_KEYS = ("containers", "max_invocations", "idle", "prestart")
 _RULE_KEYS = ("handler", "pattern", "timeout", "retries")
 _SCHEDULE_KEYS = ("handler", "cron", "timezone", "timeout")
 _HANDLER = re.compile(r"((?:[A-Za-z0-9_][A-Za-z0-9_-]*\.)*[A-Za-z0-9_][A-Za-z0-9_-]*)\.([A-Za-z_$][A-Za-z0-9_$]*)",
@@ -63,6 +66,21 @@ class Schedule:
     retries: int = DEFAULT_RETRIES  # not set in templates: scheduled runs retry like a rule's default
 
 
+@dataclass(frozen=True)
+class Warm:
+    """The template's ``warm:``: reuse up to *containers* resident containers per worker.
+
+    A container serves at most *max_invocations* invocations and is stopped
+    after *idle* nanoseconds without one; with *prestart* they are started
+    when the function becomes ready instead of at its first invocation.
+    """
+
+    containers: int
+    max_invocations: int = DEFAULT_MAX_INVOCATIONS
+    idle: int = DEFAULT_IDLE  # nanoseconds
+    prestart: bool = False
+
+
 @dataclass(frozen=True, eq=False)
 class Template:
     runtime: str
@@ -72,6 +90,12 @@ class Template:
     env: MappingProxyType
     secrets: MappingProxyType
     network: str | None = None  # None: the engine's default network
+    warm: Warm | None = None    # None: one throw-away container per invocation
+
+    @property
+    def running_limit(self):
+        """How many invocations of this function one worker runs at once."""
+        return self.warm.containers if self.warm is not None else self.concurrency
 
 
 def parse_template(text, source="template.yaml"):
@@ -99,9 +123,10 @@ def parse_template(text, source="template.yaml"):
     if network is not None and network not in NETWORKS:
         problems.add("network", f"{show(network)} is not supported; use {', '.join(NETWORKS)}, or leave network "
                                 f"out for the engine's default network")
+    warm = _warm(document, concurrency, problems)
     problems.raise_if_any(source)
     return Template(runtime=runtime, concurrency=concurrency, rules=tuple(rules), schedules=tuple(schedules),
-                    env=MappingProxyType(env), secrets=MappingProxyType(secrets), network=network)
+                    env=MappingProxyType(env), secrets=MappingProxyType(secrets), network=network, warm=warm)
 
 
 def _unknown_keys(mapping, allowed, path, problems, what):
@@ -172,25 +197,55 @@ def _handler(item, path, problems):
 
 
 def _timeout(item, path, problems):
-    if "timeout" not in item:
-        return DEFAULT_TIMEOUT
-    value = item["timeout"]
-    where = join(path, "timeout")
+    return _duration(item, "timeout", path, DEFAULT_TIMEOUT, problems, maximum=MAX_TIMEOUT)
+
+
+def _duration(item, key, path, default, problems, *, maximum):
+    """A positive Go duration of at most *maximum* (None: no maximum) in nanoseconds, or *default*."""
+    if key not in item:
+        return default
+    value = item[key]
+    where = join(path, key)
     if not isinstance(value, str):
         problems.add(where, f"{show(value)} is not a duration; write it as a Go duration such as 20s or 1m30s")
         return None
     try:
-        timeout = parse_duration(value)
+        duration = parse_duration(value)
     except DurationError as error:
         problems.add(where, f"{show(value)} is not a duration ({reason(error, value)}); use e.g. 20s or 1m30s")
         return None
-    if timeout <= 0:
+    if duration <= 0:
         problems.add(where, f"{show(value)} must be longer than zero")
         return None
-    if timeout > MAX_TIMEOUT:
-        problems.add(where, f"{show(value)} is longer than the maximum of {format_duration(MAX_TIMEOUT)}")
+    if maximum is not None and duration > maximum:
+        problems.add(where, f"{show(value)} is longer than the maximum of {format_duration(maximum)}")
         return None
-    return timeout
+    return duration
+
+
+def _warm(document, concurrency, problems):
+    """The ``warm:`` mapping as a Warm, or None when it is absent (or invalid: the problems say why)."""
+    if "warm" not in document:
+        return None
+    value = document["warm"]
+    if not isinstance(value, dict):
+        problems.add("warm", f"must be a mapping with containers, max_invocations, idle or prestart, not "
+                             f"{show(value)}; leave warm out for a new container per invocation")
+        return None
+    _unknown_keys(value, _WARM_KEYS, "warm", problems, "warm")
+    containers = value.get("containers", concurrency)
+    if concurrency is not None and (type(containers) is not int or not 1 <= containers <= concurrency):
+        problems.add("warm.containers", f"{show(containers)} must be between 1 and concurrency ({concurrency})")
+        containers = None
+    max_invocations = _whole_number(value, "max_invocations", "warm", DEFAULT_MAX_INVOCATIONS, 1, problems)
+    idle = _duration(value, "idle", "warm", DEFAULT_IDLE, problems, maximum=None)
+    prestart = value.get("prestart", False)
+    if type(prestart) is not bool:
+        problems.add("warm.prestart", f"{show(prestart)} must be true or false")
+        prestart = None
+    if None in (containers, max_invocations, idle, prestart):
+        return None
+    return Warm(containers=containers, max_invocations=max_invocations, idle=idle, prestart=prestart)
 
 
 def _whole_number(mapping, key, path, default, minimum, problems):

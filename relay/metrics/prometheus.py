@@ -20,7 +20,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disa
 from relay.stream.verdict import Settlement, Verdict
 
 if TYPE_CHECKING:
-    from relay.runtime.executor import Outcome
+    from relay.runtime.invocation import Outcome
 
 DURATION_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 30, 60, 120, 300)
 BUILD_BUCKETS = (0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)

@@ -16,76 +16,45 @@ safe to call from many greenlets or threads at once.
 """
 
 import logging
-import re
 import sys
 import time
-from collections.abc import Mapping
 from contextlib import nullcontext
-from dataclasses import dataclass, field
-from types import MappingProxyType
 
 from docker.errors import DockerException, ImageNotFound, NotFound
-from requests.exceptions import ConnectionError as RequestsConnectionError
 from requests.exceptions import RequestException
-from requests.exceptions import Timeout as RequestsTimeout
 
+from relay.config import DEFAULT_MAX_CONCURRENCY
 from relay.durations import format_duration
 from relay.errors import ExecutionError, reason
 from relay.runtime import protocol
 from relay.runtime.containers import USER, container_name, host_config, labels, remove_container
+from relay.runtime.invocation import Outcome, engine_error_text, is_unreachable, redact
 from relay.runtime.output import OutputForwarder, prefix
 from relay.runtime.sweep import UNCONFIRMED_CREATE_GRACE
+from relay.runtime.warm_pool import WarmPool
 
 log = logging.getLogger("relay.runtime.executor")
-_PRINTABLE_RUN = re.compile(r"[^\x00-\x1f\x7f]{4,}")
-
-
-@dataclass(frozen=True)
-class Invocation:
-    function: str            # function name
-    handler: str             # e.g. "events.created.handler"
-    image: str               # image tag to run, e.g. relay-fn-x:0123456789abcdef
-    payload: bytes           # event JSON written to stdin
-    timeout: int             # nanoseconds (relay.durations)
-    env: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))  # template env + secrets
-    message_id: str | None = None
-    event_id: str | None = None
-    event_name: str | None = None
-    network: str | None = None  # the template's network ("none"), or None for the engine's default
-
-    def __repr__(self):  # env holds secret values: never print them
-        return (f"Invocation(function={self.function!r}, handler={self.handler!r}, image={self.image!r}, "
-                f"message_id={self.message_id!r}, event_id={self.event_id!r})")
-
-
-@dataclass(frozen=True)
-class Outcome:
-    ok: bool
-    exit_code: int | None    # None when it never ran to an exit (start failure, timeout)
-    duration: float          # seconds
-    timed_out: bool = False
-    error: str | None = None  # why it is not ok; never contains env or secret values
-    engine_unavailable: bool = False  # the engine could not be reached: not the handler's failure
-
-    @classmethod
-    def not_started(cls, error: str) -> "Outcome":
-        """An invocation that failed before it reached Docker (e.g. a missing secret)."""
-        return cls(ok=False, exit_code=None, duration=0.0, error=error)
 
 
 class Executor:
-    def __init__(self, docker_client, hostname, output=None, *, leases=None, leftovers=None):
+    def __init__(self, docker_client, hostname, output=None, *, leases=None, leftovers=None,
+                 warm_capacity=DEFAULT_MAX_CONCURRENCY):
         """*output* receives the handlers' lines (default: sys.stdout as it is
         now); *leases* (an ImageLeases), when given, protects each
-        invocation's image from garbage collection while it runs;
+        invocation's image from garbage collection while it runs, and each
+        warm container's for its life;
         *leftovers* (a sweep.Leftovers), when given, takes the containers
-        that could not be removed because the engine was unreachable."""
+        that could not be removed because the engine was unreachable.
+        Invocations of functions with ``warm:`` run on ``self.warm``, a
+        WarmPool of at most *warm_capacity* (MAX_CONCURRENCY) containers."""
         self._api = docker_client.api
         self._hostname = hostname
         self._output = output if output is not None else sys.stdout
         self._leases = leases
         self._leftovers = leftovers
         self._host_configs = {}  # by network: one HostConfig for every container of the same network
+        self.warm = WarmPool(docker_client, hostname, self._output, capacity=warm_capacity, leases=leases,
+                             leftovers=leftovers)
 
     def _host_config(self, network):
         if network not in self._host_configs:
@@ -95,7 +64,10 @@ class Executor:
     def run(self, invocation):
         started = time.monotonic()
         with self._leases.lease(invocation.image) if self._leases is not None else nullcontext():
-            outcome = _Execution(self, invocation, started).run()
+            if invocation.warm is not None:
+                outcome = self.warm.run(invocation)
+            else:
+                outcome = _Execution(self, invocation, started).run()
         _log_outcome(invocation, outcome)
         return outcome
 
@@ -132,10 +104,10 @@ class _Execution:
         except ExecutionError as error:
             return self._outcome(None, error=self._describe(redact(str(error), invocation.env)))
         except (DockerException, RequestException, OSError) as error:
-            unreachable = self.unreachable = _is_unreachable(error)
+            unreachable = self.unreachable = is_unreachable(error)
             return self._outcome(None, engine_unavailable=unreachable, error=self._describe(
                 f"the Docker engine {'is unreachable' if unreachable else 'failed'}: "
-                f"{redact(reason(error, strerror=False, limit=300), invocation.env)}"))
+                f"{engine_error_text(error, invocation.env)}"))
         finally:
             protocol.close_quietly(handle, getattr(handle, "_sock", None), getattr(handle, "_response", None), wait)
             self._clean_up(exited)
@@ -196,12 +168,6 @@ class _Execution:
                        engine_unavailable=engine_unavailable)
 
 
-def _is_unreachable(error):
-    """No connection to the engine, or no answer from it in time (it is stopping,
-    restarting or hung), as opposed to an answer that refused the request."""
-    return isinstance(error, (RequestsConnectionError, RequestsTimeout, ConnectionError, FileNotFoundError))
-
-
 def _log_outcome(invocation, outcome):
     attributes = {**_attributes(invocation), "duration": round(outcome.duration, 3), "exit_code": outcome.exit_code}
     if outcome.timed_out:
@@ -216,18 +182,3 @@ def _log_outcome(invocation, outcome):
 def _attributes(invocation):
     return {"function": invocation.function, "handler": invocation.handler, "message_id": invocation.message_id,
             "event_id": invocation.event_id, "event_name": invocation.event_name}
-
-
-def redact(text, env):
-    """*text* from the engine without the values of *env*.
-
-    The engine's errors may quote the container's environment (runc names
-    the offending ``NAME=value`` when it refuses one), and env holds resolved
-    secrets. Every ``NAME=...`` is cut, and so is every run of four or more
-    printable characters of a value wherever it appears.
-    """
-    for name, value in env.items():
-        text = re.sub(rf"\b{re.escape(name)}=(?:\\.|[^\s\"'\\])*", f"{name}=<redacted>", text)
-        for piece in _PRINTABLE_RUN.findall(value):
-            text = text.replace(piece, "<redacted>")
-    return text

@@ -31,7 +31,7 @@ def attach(api, container_id):
 def register_wait(api, container_id, deadline):
     """Send the wait request and return its response once the engine registered it."""
     response = api._post(api._url("/containers/{0}/wait", container_id), params={"condition": "removed"},
-                         stream=True, timeout=(10.0, _remaining(deadline)))
+                         stream=True, timeout=(10.0, remaining(deadline)))
     api._raise_for_status(response)
     return response
 
@@ -39,7 +39,7 @@ def register_wait(api, container_id, deadline):
 def exit_status(api, response, deadline):
     """The exit code the registered wait reports; DeadlineExceeded if it does not come in time."""
     sock = api._get_raw_response_socket(response)
-    getattr(sock, "_sock", sock).settimeout(_remaining(deadline))
+    getattr(sock, "_sock", sock).settimeout(remaining(deadline))
     try:
         body = response.json()
         status = body["StatusCode"]
@@ -61,7 +61,7 @@ def send_stdin(sock, payload, deadline):
     """
     try:
         if payload:
-            sock.settimeout(_remaining(deadline))
+            sock.settimeout(remaining(deadline))
             sock.sendall(payload)
         sock.shutdown(socket.SHUT_WR)
     except TimeoutError:
@@ -75,7 +75,7 @@ def read_until_closed(sock, feed, deadline, size=65536):
     closes it (the container's process exited)."""
     while True:
         try:
-            sock.settimeout(_remaining(deadline))
+            sock.settimeout(remaining(deadline))
             data = sock.recv(size)
         except TimeoutError:
             raise DeadlineExceeded() from None
@@ -94,7 +94,7 @@ def close_quietly(*closables):
             pass
 
 
-def _remaining(deadline):
+def remaining(deadline):
     remaining = deadline - time.monotonic()
     if remaining <= 0:
         raise DeadlineExceeded()

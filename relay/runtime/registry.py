@@ -54,6 +54,13 @@ class Runtime:
         """The container's command line."""
         return (*self.interpreter, self.bootstrap_path)
 
+    @property
+    def warm_command(self):
+        """The command line of a warm container: the bootstrap, resident, reading requests on fd 3
+        (the attached stdin, moved there by the shell) with /dev/null as the handlers' stdin."""
+        line = " ".join((*self.interpreter, self.bootstrap_path, "--warm"))
+        return ("/bin/sh", "-c", f"exec {line} 3<&0 </dev/null")
+
     def installer_for(self, directory):
         """The installer for the manifests in *directory*, or None when it has none."""
         for installer in self.installers:

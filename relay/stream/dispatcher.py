@@ -23,7 +23,7 @@ from enum import Enum
 
 from relay.durations import format_duration
 from relay.errors import RelayError
-from relay.runtime.executor import Invocation, Outcome
+from relay.runtime.invocation import Invocation, Outcome
 from relay.stream import markers, seams
 from relay.stream.keys import target_field
 from relay.stream.markers import Action, decide
@@ -105,7 +105,7 @@ class Dispatcher:
     def _run(self, plan, target, raw, attempt):
         """Run one attempt: its TargetOutcome, or why it did not run (NotRun)."""
         active, rule = target.active, target.rule
-        with self.slots.hold(active.name, active.function.template.concurrency, self.slot_wait) as held:
+        with self.slots.hold(active.name, active.function.template.running_limit, self.slot_wait) as held:
             if not held:
                 log.info("No concurrency slot free; entry left pending", extra=_attrs(plan, target))
                 return NotRun.NO_SLOT
@@ -117,7 +117,7 @@ class Dispatcher:
             outcome = self._execute(plan, target, attempt)
         if outcome.engine_unavailable:
             self.store.release(plan.message_id, target_field(target), raw)
-            log.warning("Docker engine unreachable; attempt not charged, entry left pending",
+            log.warning("Invocation could not reach a container; attempt not charged, entry left pending",
                         extra=_attrs(plan, target, attempt=attempt, error=outcome.error))
             return TargetOutcome(Status.OPEN, attempt)
         return self._record(plan, target, attempt, outcome)
@@ -143,7 +143,8 @@ class Dispatcher:
             function=active.name, handler=target.rule.handler, image=active.image,
             payload=plan.payload.encode(), timeout=target.rule.timeout, env=env,
             message_id=plan.message_id, event_id=plan.event_id, event_name=plan.event_name,
-            network=active.function.template.network)
+            network=active.function.template.network, runtime=active.function.template.runtime,
+            warm=active.function.template.warm)
         return self.executor.run(invocation)
 
     def _record(self, plan, target, attempt, outcome):

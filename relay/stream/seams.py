@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Protocol
 if TYPE_CHECKING:
     from relay.functions import Function
     from relay.functions.rules import Rules
-    from relay.runtime.executor import Invocation, Outcome
+    from relay.runtime.invocation import Invocation, Outcome
     from relay.stream.plans import Plan
     from relay.stream.verdict import Settlement
 

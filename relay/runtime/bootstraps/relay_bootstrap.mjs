@@ -1,12 +1,25 @@
 // Relay's Node bootstrap, copied into every node function image.
 //
-// Runs the handler named by RELAY_HANDLER ("lib.jobs.handler": module lib/jobs,
-// function handler) on the event JSON read from stdin. The module is found on
-// the filesystem (lib/jobs.js, .mjs, then .cjs, below the working directory)
-// and then imported, so ESM and CommonJS both work. A returned promise is
-// awaited. Exit status 0 means success; an exception prints its stack on
-// stderr and exits 1.
+// One-shot (the default): runs the handler named by RELAY_HANDLER
+// ("lib.jobs.handler": module lib/jobs, function handler) on the event JSON
+// read from stdin. The module is found on the filesystem (lib/jobs.js, .mjs,
+// then .cjs, below the working directory) and then imported, so ESM and
+// CommonJS both work. A returned promise is awaited. Exit status 0 means
+// success; an exception prints its stack on stderr and exits 1.
+//
+// Warm (--warm, started as `sh -c 'exec node ... --warm 3<&0 </dev/null'` so
+// the handler's own stdin is /dev/null): stays resident and serves one
+// invocation at a time, reading requests from fd 3:
+//
+//     invoke <seq> <handler> <length>\n<length bytes of event JSON>
+//
+// The handler runs as in one-shot mode (each module imported once); then a
+// marker line goes to each stream, "\x1e\x1frelay:end <seq>" on stderr and
+// "\x1e\x1frelay:done <seq> ok|error" on stdout, after everything the handler
+// wrote there. "\x1e\x1frelay:ready 1" on stdout says it is listening. A
+// handler that exits the process ends the container; Relay replaces it.
 import { statSync } from "node:fs";
+import { Socket } from "node:net";
 import path from "node:path";
 import { pathToFileURL } from "node:url";
 
@@ -38,17 +51,16 @@ async function readStdin() {
   return Buffer.concat(chunks).toString("utf8");
 }
 
-async function main() {
-  const spec = process.env.RELAY_HANDLER ?? "";
+function split(spec, what) {
   const dot = spec.lastIndexOf(".");
   if (dot <= 0 || dot === spec.length - 1) {
-    throw new BootstrapError(`RELAY_HANDLER=${JSON.stringify(spec)} is not of the form module.function`);
+    throw new BootstrapError(`${what} is not of the form module.function`);
   }
-  const moduleName = spec.slice(0, dot);
-  const functionName = spec.slice(dot + 1);
+  return [spec.slice(0, dot), spec.slice(dot + 1)];
+}
+
+async function load(moduleName, functionName) {
   const file = locate(process.cwd(), moduleName);
-  const text = await readStdin();
-  const event = text.trim() === "" ? null : JSON.parse(text);
   const namespace = await import(pathToFileURL(file).href);
   let handler = namespace[functionName];
   if (typeof handler !== "function" && namespace.default != null) {
@@ -57,14 +69,77 @@ async function main() {
   if (typeof handler !== "function") {
     throw new BootstrapError(`${path.relative(process.cwd(), file)} exports no function ${functionName}`);
   }
+  return handler;
+}
+
+function parse(text) {
+  return text.trim() === "" ? null : JSON.parse(text);
+}
+
+function describe(error) {
+  return error instanceof BootstrapError ? `relay: ${error.message}` : (error?.stack ?? String(error));
+}
+
+async function main() {
+  const spec = process.env.RELAY_HANDLER ?? "";
+  const [moduleName, functionName] = split(spec, `RELAY_HANDLER=${JSON.stringify(spec)}`);
+  locate(process.cwd(), moduleName);
+  const event = parse(await readStdin());
+  const handler = await load(moduleName, functionName);
   await handler(event);
 }
 
-main().then(
+const MARKER = "\x1e\x1frelay:";
+
+function mark(stream, text) {
+  return new Promise((resolve) => stream.write(MARKER + text, () => resolve()));
+}
+
+async function serve() {
+  const handlers = new Map(); // handler spec -> function: each module is imported once
+  const invoke = async (spec, text) => {
+    if (!handlers.has(spec)) handlers.set(spec, await load(...split(spec, `handler ${JSON.stringify(spec)}`)));
+    await handlers.get(spec)(parse(text));
+  };
+  let buffer = Buffer.alloc(0);
+  await mark(process.stdout, "ready 1\n");
+  // A socket, not fs.createReadStream: its blocking reads on a pipe would hold process.exit() forever.
+  for await (const chunk of new Socket({ fd: 3, readable: true, writable: false })) {
+    buffer = Buffer.concat([buffer, chunk]);
+    for (;;) {
+      const newline = buffer.indexOf(10);
+      if (newline < 0) {
+        if (buffer.length > 512) throw new BootstrapError("not a request: a header longer than 512 bytes");
+        break;
+      }
+      const words = buffer.subarray(0, newline).toString("latin1").split(" ");
+      if (words.length !== 4 || words[0] !== "invoke" || !/^[0-9]+$/.test(words[3])) {
+        throw new BootstrapError(`not a request: ${JSON.stringify(words.join(" ").slice(0, 100))}`);
+      }
+      const [, seq, spec, length] = words;
+      const end = newline + 1 + Number(length);
+      if (buffer.length < end) break;
+      const text = buffer.subarray(newline + 1, end).toString("utf8");
+      buffer = buffer.subarray(end);
+      process.env.RELAY_HANDLER = spec;
+      let ok = true;
+      try {
+        await invoke(spec, text);
+      } catch (error) {
+        process.stderr.write(`${describe(error)}\n`);
+        ok = false;
+      }
+      await mark(process.stderr, `end ${seq}\n`);
+      await mark(process.stdout, `done ${seq} ${ok ? "ok" : "error"}\n`);
+    }
+  }
+}
+
+const warm = process.argv[2] === "--warm";
+(warm ? serve() : main()).then(
   () => process.exit(0),
   (error) => {
-    const text = error instanceof BootstrapError ? `relay: ${error.message}` : (error?.stack ?? String(error));
-    process.stderr.write(`${text}\n`);
-    process.exit(1);
+    process.stderr.write(`${describe(error)}\n`);
+    process.exit(warm ? 2 : 1);
   },
 );

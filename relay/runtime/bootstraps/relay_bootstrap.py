@@ -1,10 +1,26 @@
 """Relay's Python bootstrap, copied into every python function image.
 
-Runs the handler named by RELAY_HANDLER ("events.created.handler": module
-events.created, function handler) on the event JSON read from stdin. The exit
-status is the result: 0 when the handler returns, 1 with a traceback on stderr
-when it raises (or cannot be found). A coroutine or other awaitable returned
-by the handler is run to completion with asyncio.run first.
+One-shot (the default): runs the handler named by RELAY_HANDLER
+("events.created.handler": module events.created, function handler) on the
+event JSON read from stdin. The exit status is the result: 0 when the
+handler returns, 1 with a traceback on stderr when it raises (or cannot be
+found). A coroutine or other awaitable returned by the handler is run to
+completion with asyncio.run first.
+
+Warm (``--warm``, started as ``sh -c 'exec python ... --warm 3<&0 </dev/null'``
+so the handler's own stdin is /dev/null): stays resident and serves one
+invocation at a time. Each request, read from fd 3, is a header line and
+the event's bytes:
+
+    invoke <seq> <handler> <length>\\n<length bytes of event JSON>
+
+The handler runs exactly as in one-shot mode (its module imported once, on
+first use), writing to the same stdout and stderr; then the bootstrap writes
+a marker line to each stream, ``\\x1e\\x1frelay:end <seq>`` on stderr and
+``\\x1e\\x1frelay:done <seq> ok|error`` on stdout, so Relay knows that all of
+the invocation's output has arrived. ``\\x1e\\x1frelay:ready 1`` on stdout
+says the bootstrap is listening. A handler that exits the process ends the
+container; Relay replaces it.
 
 Standard library only: it runs inside the function's container, not in Relay.
 """
@@ -15,32 +31,82 @@ import os
 import sys
 import traceback
 
+MARKER = b"\x1e\x1frelay:"
+
 
 def main():
     spec = os.environ.get("RELAY_HANDLER", "")
-    module_name, _, function_name = spec.rpartition(".")
-    if not module_name or not function_name:
+    if not spec.rpartition(".")[0] or not spec.rpartition(".")[2]:
         print(f"relay: RELAY_HANDLER={spec!r} is not of the form module.function", file=sys.stderr)
         return 1
-    # The function's directory replaces the bootstrap's own on the path, so a
-    # user module can have any name, including this file's.
-    sys.path[0] = os.getcwd()
+    _use_function_directory()
     try:
-        event = json.loads(sys.stdin.buffer.read() or b"null")
-        module = importlib.import_module(module_name)
-        handler = getattr(module, function_name, None)
-        if not callable(handler):
-            print(f"relay: module {module_name!r} has no function {function_name!r}", file=sys.stderr)
-            return 1
-        result = handler(event)
-        if hasattr(result, "__await__"):
-            import asyncio
-
-            asyncio.run(_wait_for(result))
+        return 0 if run(spec, sys.stdin.buffer.read()) else 1
     except Exception:
         traceback.print_exc()
         return 1
-    return 0
+
+
+def serve():
+    """The warm loop: requests from fd 3 until it closes."""
+    _use_function_directory()
+    os.set_inheritable(3, False)  # the handlers' child processes never see the requests
+    requests = os.fdopen(3, "rb")
+    _write(1, b"ready 1\n")
+    while True:
+        header = requests.readline(512)
+        if not header:
+            return 0
+        words = header.split()
+        if len(words) != 4 or words[0] != b"invoke" or not words[3].isdigit():
+            print(f"relay: not a request: {header[:100]!r}", file=sys.stderr)
+            return 2
+        seq, spec, length = words[1], words[2].decode("ascii", "replace"), int(words[3])
+        payload = requests.read(length)
+        if len(payload) != length:
+            return 2
+        os.environ["RELAY_HANDLER"] = spec
+        try:
+            ok = run(spec, payload)
+        except Exception:
+            traceback.print_exc()
+            ok = False
+        sys.stdout.flush()
+        sys.stderr.flush()
+        _write(2, b"end " + seq + b"\n")
+        _write(1, b"done " + seq + (b" ok\n" if ok else b" error\n"))
+
+
+def run(spec, payload):
+    """Run handler *spec* on the event *payload*; True when it returned, False when it cannot be found."""
+    module_name, _, function_name = spec.rpartition(".")
+    if not module_name or not function_name:
+        print(f"relay: handler {spec!r} is not of the form module.function", file=sys.stderr)
+        return False
+    event = json.loads(payload or b"null")
+    module = importlib.import_module(module_name)
+    handler = getattr(module, function_name, None)
+    if not callable(handler):
+        print(f"relay: module {module_name!r} has no function {function_name!r}", file=sys.stderr)
+        return False
+    result = handler(event)
+    if hasattr(result, "__await__"):
+        import asyncio
+
+        asyncio.run(_wait_for(result))
+    return True
+
+
+def _use_function_directory():
+    # The function's directory replaces the bootstrap's own on the path, so a
+    # user module can have any name, including this file's.
+    sys.path[0] = os.getcwd()
+
+
+def _write(fd, text):
+    data = MARKER + text
+    while data:
+        data = data[os.write(fd, data):]
 
 
 async def _wait_for(awaitable):
@@ -48,7 +114,7 @@ async def _wait_for(awaitable):
 
 
 if __name__ == "__main__":
-    status = main()
+    status = serve() if sys.argv[1:] == ["--warm"] else main()
     sys.stdout.flush()
     sys.stderr.flush()
     sys.exit(status)

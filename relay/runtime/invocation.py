@@ -1,0 +1,80 @@
+"""What the dispatcher asks an executor for, and what it gets back.
+
+An Invocation is one handler run on one event; an Outcome says how it
+went, cold or warm, without ever raising for a failing handler or an engine
+error. Neither ever prints the environment: it holds resolved secrets.
+"""
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+from requests.exceptions import ConnectionError as RequestsConnectionError
+from requests.exceptions import Timeout as RequestsTimeout
+
+from relay.errors import reason
+from relay.functions.template import Warm
+
+_PRINTABLE_RUN = re.compile(r"[^\x00-\x1f\x7f]{4,}")
+
+
+@dataclass(frozen=True)
+class Invocation:
+    function: str            # function name
+    handler: str             # e.g. "events.created.handler"
+    image: str               # image tag to run, e.g. relay-fn-x:0123456789abcdef
+    payload: bytes           # event JSON written to stdin
+    timeout: int             # nanoseconds (relay.durations)
+    env: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))  # template env + secrets
+    message_id: str | None = None
+    event_id: str | None = None
+    event_name: str | None = None
+    network: str | None = None  # the template's network ("none"), or None for the engine's default
+    runtime: str = "python3.14"  # the template's runtime: which warm bootstrap to start
+    warm: Warm | None = None     # the template's warm settings; None runs a throw-away container
+
+    def __repr__(self):  # env holds secret values: never print them
+        return (f"Invocation(function={self.function!r}, handler={self.handler!r}, image={self.image!r}, "
+                f"message_id={self.message_id!r}, event_id={self.event_id!r})")
+
+
+@dataclass(frozen=True)
+class Outcome:
+    ok: bool
+    exit_code: int | None    # None when it never ran to an exit (start failure, timeout)
+    duration: float          # seconds
+    timed_out: bool = False
+    error: str | None = None  # why it is not ok; never contains env or secret values
+    engine_unavailable: bool = False  # no container to run on (engine unreachable, warm start failed): not charged
+
+    @classmethod
+    def not_started(cls, error: str) -> "Outcome":
+        """An invocation that failed before it reached Docker (e.g. a missing secret)."""
+        return cls(ok=False, exit_code=None, duration=0.0, error=error)
+
+
+def is_unreachable(error):
+    """No connection to the engine, or no answer from it in time (it is stopping,
+    restarting or hung), as opposed to an answer that refused the request."""
+    return isinstance(error, (RequestsConnectionError, RequestsTimeout, ConnectionError, FileNotFoundError))
+
+
+def engine_error_text(error, env):
+    """A caught engine error's message, short and without *env*'s values."""
+    return redact(reason(error, strerror=False, limit=300), env)
+
+
+def redact(text, env):
+    """*text* from the engine without the values of *env*.
+
+    The engine's errors may quote the container's environment (runc names
+    the offending ``NAME=value`` when it refuses one), and env holds resolved
+    secrets. Every ``NAME=...`` is cut, and so is every run of four or more
+    printable characters of a value wherever it appears.
+    """
+    for name, value in env.items():
+        text = re.sub(rf"\b{re.escape(name)}=(?:\\.|[^\s\"'\\])*", f"{name}=<redacted>", text)
+        for piece in _PRINTABLE_RUN.findall(value):
+            text = text.replace(piece, "<redacted>")
+    return text

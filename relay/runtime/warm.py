@@ -1,0 +1,269 @@
+"""One warm container: a resident bootstrap serving one invocation at a time.
+
+    create (hardened, AutoRemove, relay.warm=true) → attach → register wait
+    → start → "ready" → { request on stdin → output … → "end" and "done" } …
+    → removed (idle, recycled, retired, timed out, broken, or Relay stopping)
+
+The container is the same hardened container as a cold invocation's; only
+its command differs (the bootstrap with ``--warm``, see
+relay/runtime/bootstraps/) and its labels, which name the function, image
+and worker but no invocation. A request is a header line and the event's
+bytes, ``invoke <seq> <handler> <length>\\n<event>``; the bootstrap answers by
+writing a marker line to each of its streams after the handler's output:
+``\\x1e\\x1frelay:end <seq>`` on stderr and ``\\x1e\\x1frelay:done <seq> ok|error``
+on stdout. Each stream is ordered, so once both markers are in, every byte
+the invocation wrote is too, and none of it is taken for another's.
+
+Anything unexpected makes the container unusable (``broken`` is set) and it
+is removed: a marker that is not the expected one, a stream that ends (the
+handler exited the process, or it crashed), a timeout. Output written while
+a container is idle (a thread the handler left running) is forwarded with
+the prefix of the invocation that ran last, before the next one starts.
+"""
+
+import logging
+import socket
+import time
+
+from relay.errors import ContainerExited, DeadlineExceeded, ExecutionError, ProtocolBreak
+from relay.runtime import protocol
+from relay.runtime.containers import (
+    FUNCTION_LABEL,
+    HOSTNAME_LABEL,
+    IMAGE_LABEL,
+    LABEL_VALUE_LIMIT,
+    USER,
+    container_name,
+    remove_container,
+)
+from relay.runtime.output import STDERR, STDOUT, Frames, Lines
+
+log = logging.getLogger("relay.runtime.warm")
+
+WARM_LABEL = "relay.warm"
+MARKER = b"\x1e\x1frelay:"
+MARKER_LINE_LIMIT = 256
+PROTOCOL_VERSION = b"1"
+EXIT_STATUS_WAIT = 5.0  # seconds to learn the exit code of a container whose streams ended
+
+
+class MarkedLines:
+    """One stream's bytes: the protocol's marker lines taken out, the rest handed to *lines*.
+
+    ``feed(data)`` returns the marker lines' texts (after the marker, without
+    the newline). Text before a marker on the same line is a line of its own,
+    as it would be at the end of a cold container's stream.
+    """
+
+    def __init__(self, lines):
+        self.lines = lines
+        self._carry = b""
+
+    def feed(self, data):
+        data = self._carry + data if self._carry else data
+        self._carry = b""
+        found = []
+        while (at := data.find(MARKER)) >= 0:
+            self.lines.feed(data[:at])
+            self.lines.close()
+            end = data.find(b"\n", at)
+            if end < 0:
+                if len(data) - at > MARKER_LINE_LIMIT:
+                    raise ProtocolBreak("a marker line without its end")
+                self._carry = data[at:]
+                return found
+            found.append(data[at + len(MARKER):end])
+            data = data[end + 1:]
+        keep = _marker_prefix(data)
+        self.lines.feed(data[:len(data) - keep])
+        self._carry = data[len(data) - keep:]
+        return found
+
+
+def _marker_prefix(data):
+    """The length of the longest end of *data* that could begin a marker."""
+    for size in range(min(len(MARKER) - 1, len(data)), 0, -1):
+        if data.endswith(MARKER[:size]):
+            return size
+    return 0
+
+
+class WarmContainer:
+    """A started warm container; ``invoke`` runs one request at a time, ``remove`` ends it."""
+
+    def __init__(self, api, *, function, image, version, hostname, output, leftovers=None):
+        self.api = api
+        self.function = function
+        self.image = image
+        self.version = version            # what requests it may serve (pool.Version)
+        self.hostname = hostname
+        self.name = container_name(function)
+        self.container_id = None
+        self.served = 0
+        self.broken = False
+        self.exit_code = None
+        self._output = output
+        self._leftovers = leftovers
+        self._prefix = ""
+        self._handle = self._sock = self._wait = None
+        self._frames = Frames()
+        self._streams = {STDOUT: MarkedLines(Lines(self._write)), STDERR: MarkedLines(Lines(self._write))}
+        self._seq = 0
+        self._expected = {}   # stream → the marker text that ends the current request
+        self.output_failed = None
+
+    # --- start --------------------------------------------------------------------
+
+    def start(self, *, command, env, host_config, user=USER, line_prefix, deadline):
+        """Create and start the container and wait for the bootstrap's ready marker."""
+        self._prefix = line_prefix
+        try:
+            created = self.api.create_container(
+                self.image, name=self.name, user=user, stdin_open=True, environment=dict(env),
+                labels=self.labels(), host_config=host_config, entrypoint=list(command),
+                use_config_proxy=False)
+            self.container_id = created["Id"]
+            self._handle, self._sock = protocol.attach(self.api, self.container_id)
+            self._wait = protocol.register_wait(self.api, self.container_id, deadline)
+            self.api.start(self.container_id)
+            self._expected = {STDOUT: b"ready " + PROTOCOL_VERSION}
+            self._read_markers(deadline)
+        except BaseException:
+            self.broken = True
+            raise
+
+    def labels(self):
+        values = {FUNCTION_LABEL: self.function, HOSTNAME_LABEL: self.hostname, IMAGE_LABEL: self.image,
+                  WARM_LABEL: "true"}
+        return {key: value[:LABEL_VALUE_LIMIT] for key, value in values.items()}
+
+    # --- one invocation -----------------------------------------------------------
+
+    def invoke(self, handler, payload, line_prefix, deadline):
+        """Run *handler* on *payload*; True when it returned, False when it raised.
+
+        Raises DeadlineExceeded, ContainerExited, ProtocolBreak or an engine
+        error; after any of them the container is broken and must be removed.
+        """
+        try:
+            self._forward_idle_output()
+            self._prefix = line_prefix
+            self._seq += 1
+            seq = str(self._seq).encode()
+            self._expected = {STDOUT: None, STDERR: b"end " + seq}
+            header = b"invoke %s %s %d\n" % (seq, handler.encode(), len(payload))
+            self._send(header + payload, deadline)
+            done = self._read_markers(deadline, done_seq=seq)
+        except BaseException:
+            self.broken = True
+            raise
+        self.served += 1
+        return done
+
+    def _send(self, data, deadline):
+        try:
+            self._sock.settimeout(protocol.remaining(deadline))
+            self._sock.sendall(data)
+        except TimeoutError:
+            raise DeadlineExceeded() from None
+        except (BrokenPipeError, ConnectionResetError):
+            raise self._exited() from None
+
+    def _read_markers(self, deadline, done_seq=None):
+        """Read until every expected marker arrived; return whether the handler succeeded."""
+        done = None
+        while self._expected:
+            try:
+                self._sock.settimeout(protocol.remaining(deadline))
+                data = self._sock.recv(65536)
+            except TimeoutError:
+                raise DeadlineExceeded() from None
+            if not data:
+                raise self._exited()
+            for stream, payload in self._frames.feed(data):
+                if stream not in self._streams:
+                    continue
+                for text in self._streams[stream].feed(payload):
+                    result = self._marker(stream, text, done_seq)
+                    if result is not None:
+                        done = result
+        return done
+
+    def _marker(self, stream, text, done_seq):
+        """Check one marker line against what the current request expects."""
+        if stream not in self._expected:
+            raise ProtocolBreak(f"an unexpected marker {_show(text)}")
+        expected = self._expected.pop(stream)
+        if expected is None:                      # "done <seq> ok|error" on stdout
+            word, _, rest = text.partition(b" ")
+            seq, _, result = rest.partition(b" ")
+            if word != b"done" or seq != done_seq or result not in (b"ok", b"error"):
+                raise ProtocolBreak(f"{_show(text)} where \"done {done_seq.decode()} ok|error\" was due")
+            return result == b"ok"
+        if text != expected:
+            raise ProtocolBreak(f"{_show(text)} where {_show(expected)} was due")
+        return None
+
+    def _forward_idle_output(self):
+        """What the container wrote since the last request ended, under that request's prefix."""
+        self._sock.settimeout(0.0)
+        while True:
+            try:
+                data = self._sock.recv(65536)
+            except (BlockingIOError, InterruptedError, TimeoutError):
+                break
+            if not data:
+                raise self._exited()
+            for stream, payload in self._frames.feed(data):
+                if stream in self._streams and self._streams[stream].feed(payload):
+                    raise ProtocolBreak("a marker while no request was running")
+        for stream in self._streams.values():
+            stream.lines.close()
+
+    def _exited(self):
+        """The streams ended: the process exited (the handler ended it, or it crashed)."""
+        for stream in self._streams.values():
+            stream.lines.close()
+        try:
+            self.exit_code = protocol.exit_status(self.api, self._wait, time.monotonic() + EXIT_STATUS_WAIT)
+        except ExecutionError:
+            return ContainerExited("the warm container exited")
+        return ContainerExited(f"the warm container exited with code {self.exit_code}")
+
+    def _write(self, text):
+        if self.output_failed is not None:
+            return
+        try:
+            self._output.write(self._prefix + text + "\n")
+            self._output.flush()
+        except (OSError, ValueError) as error:  # ValueError: the file is closed
+            self.output_failed = error
+
+    # --- end ----------------------------------------------------------------------
+
+    def remove(self):
+        """Kill and remove the container (idempotent); True when the engine confirmed it is gone."""
+        self.broken = True
+        for stream in self._streams.values():
+            stream.lines.close()
+        context = {"function": self.function, "image": self.image}
+        gone = True
+        if self.container_id is not None:
+            gone = remove_container(self.api, self.container_id, context)
+            if not gone and self._leftovers is not None:
+                self._leftovers.add(self.container_id, context)
+        else:
+            gone = remove_container(self.api, self.name, context)   # a create the engine may have done
+        if self._sock is not None:
+            try:
+                self._sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+        protocol.close_quietly(self._handle, getattr(self._handle, "_sock", None),
+                               getattr(self._handle, "_response", None), self._wait)
+        self._handle = self._sock = self._wait = None
+        return gone
+
+
+def _show(text):
+    return repr(bytes(text[:80]))[1:]

@@ -1,0 +1,290 @@
+"""The warm containers of one worker, reused per function version.
+
+A warm invocation takes an idle container of its function's version (same
+image, network and environment) or starts one, runs on it, and gives it
+back; a container is one invocation at a time. Limits:
+
+- The dispatcher's slots bound the invocations of a warm function to
+  ``warm.containers``, and every invocation to MAX_CONCURRENCY; the pool
+  never holds more than *capacity* (MAX_CONCURRENCY) containers. To start one
+  more at capacity it stops the least recently used idle one.
+- Starting a container has its own bound (START_TIMEOUT); a start that
+  fails or runs past it fails the invocation as an engine error would (not
+  charged). A handler's timeout counts from the moment its event is handed
+  to a ready container.
+- A container is removed after ``warm.max_invocations`` invocations, after
+  ``warm.idle`` without one, after any failure of the container itself
+  (timeout, exit, protocol break), when its image is retired (a new version
+  is active, or the function is gone), when a newer version of its function
+  has been asked for, and when Relay stops.
+
+Every container holds a lease on its image from before it is created until
+it is removed, so image garbage collection never takes an image a warm
+container uses. ``run`` never raises for a failing handler or engine error:
+the Outcome says what happened, as it does for a cold invocation.
+"""
+
+import logging
+import threading
+import time
+from dataclasses import dataclass
+
+from docker.errors import DockerException, ImageNotFound
+from requests.exceptions import RequestException
+
+from relay.durations import format_duration
+from relay.errors import ContainerExited, DeadlineExceeded, ExecutionError, ProtocolBreak
+from relay.runtime.containers import host_config
+from relay.runtime.invocation import Outcome, engine_error_text, is_unreachable
+from relay.runtime.output import prefix
+from relay.runtime.registry import runtime_for
+from relay.runtime.warm import WarmContainer
+
+log = logging.getLogger("relay.runtime.warm")
+
+START_TIMEOUT = 30.0   # seconds from asking for a container to its bootstrap being ready
+IDLE_CHECK = 1.0       # seconds between looks for idle containers to stop
+CLOSE_TIMEOUT = 30.0   # seconds Relay's stop waits for its warm containers' removal
+
+
+@dataclass(frozen=True)
+class Version:
+    """What a warm container can serve: one function's image, network and environment."""
+
+    function: str
+    image: str
+    runtime: str
+    network: str | None
+    env: frozenset
+
+    @classmethod
+    def of(cls, invocation):
+        return cls(invocation.function, invocation.image, invocation.runtime, invocation.network,
+                   frozenset(invocation.env.items()))
+
+    def __repr__(self):  # env holds secret values: never print them
+        return f"Version(function={self.function!r}, image={self.image!r})"
+
+
+class WarmPool:
+    def __init__(self, docker_client, hostname, output, *, capacity, leases=None, leftovers=None,
+                 start_timeout=START_TIMEOUT, idle_check=IDLE_CHECK, clock=time.monotonic):
+        self._api = docker_client.api
+        self._hostname = hostname
+        self._output = output
+        self._capacity = capacity
+        self._leases = leases
+        self._leftovers = leftovers
+        self._start_timeout = start_timeout
+        self._idle_check = idle_check
+        self._clock = clock
+        self._host_configs = {}
+        self._lock = threading.Lock()
+        self._changed = threading.Condition(self._lock)
+        self._idle = []          # WarmContainers, least recently used first
+        self._members = {}       # Version → containers started, starting or running (not yet removed)
+        self._latest = {}        # function → the Version asked for last
+        self._retired = set()    # images whose containers go as soon as they are idle
+        self._closed = False
+        self._stopping = threading.Event()
+
+    # --- one invocation -----------------------------------------------------------
+
+    def run(self, invocation):
+        """Run *invocation* on a warm container; an Outcome, as Executor.run returns."""
+        started = self._clock()
+        line_prefix = prefix(invocation.function, invocation.handler, invocation.message_id, invocation.event_id)
+
+        def outcome(exit_code, **details):
+            return Outcome(ok=exit_code == 0 and details.get("error") is None, exit_code=exit_code,
+                           duration=self._clock() - started, **details)
+
+        def describe(text):
+            return f'function "{invocation.function}" handler "{invocation.handler}": {text}'
+
+        try:
+            container = self._checkout(Version.of(invocation), invocation, line_prefix)
+        except (ExecutionError, DockerException, RequestException, OSError) as error:
+            return outcome(None, engine_unavailable=True, error=describe(
+                f"no warm container could be started: {engine_error_text(error, invocation.env)}"))
+        done = None
+        try:
+            deadline = time.monotonic() + invocation.timeout / 1e9
+            done = container.invoke(invocation.handler, invocation.payload, line_prefix, deadline)
+        except DeadlineExceeded:
+            return outcome(None, timed_out=True, error=describe(
+                f"timed out after {format_duration(invocation.timeout)}; its warm container was removed"))
+        except (ContainerExited, ProtocolBreak) as error:
+            return outcome(container.exit_code, error=describe(f"{error}; the container is replaced"))
+        except (DockerException, RequestException, OSError) as error:
+            return outcome(None, engine_unavailable=is_unreachable(error), error=describe(
+                f"the Docker engine failed during the invocation: {engine_error_text(error, invocation.env)}"))
+        finally:
+            self._checkin(container, invocation.warm)
+            if container.output_failed is not None:
+                log.warning("Handler output could not be written; lines were dropped",
+                            extra={"function": invocation.function, "handler": invocation.handler,
+                                   "error": str(container.output_failed)})
+        if done:
+            return outcome(0)
+        return outcome(1, error=describe("the handler failed in its warm container"))
+
+    def _checkout(self, version, invocation, line_prefix):
+        """An idle container of *version*, or a new one started for it."""
+        deadline = time.monotonic() + self._start_timeout
+        while True:
+            with self._lock:
+                if self._closed:
+                    raise ExecutionError("Relay is stopping")
+                self._latest[version.function] = version
+                container = self._take_idle(version)
+                if container is not None:
+                    return container
+                stale = self._take_stale(version)
+                room = sum(self._members.values()) < self._capacity
+                if not stale and room:
+                    self._members[version] = self._members.get(version, 0) + 1
+                    break
+                victim = None if stale or room else (self._idle.pop(0) if self._idle else None)
+                if not stale and victim is None:
+                    if not self._changed.wait(timeout=max(0.0, deadline - time.monotonic())):
+                        raise ExecutionError(f"no room for a warm container within {self._start_timeout:g}s")
+                    continue
+            for container in stale or [victim]:
+                self._discard(container, "an older version" if stale else "least recently used, to make room")
+        return self._start(version, invocation, line_prefix, deadline)
+
+    def _take_idle(self, version):
+        for index in range(len(self._idle) - 1, -1, -1):   # the most recently used: let the others idle out
+            if self._idle[index].version == version:
+                return self._idle.pop(index)
+        return None
+
+    def _take_stale(self, version):
+        """Idle containers of the same function but another version: a newer one is asked for now."""
+        stale = [container for container in self._idle
+                 if container.version.function == version.function and container.version != version]
+        for container in stale:
+            self._idle.remove(container)
+        return stale
+
+    def _start(self, version, invocation, line_prefix, deadline):
+        if self._leases is not None:
+            self._leases.acquire(version.image)
+        container = WarmContainer(self._api, function=version.function, image=version.image, version=version,
+                                  hostname=self._hostname, output=self._output, leftovers=self._leftovers)
+        began = time.monotonic()
+        try:
+            container.start(command=runtime_for(version.runtime).warm_command, env=invocation.env,
+                            host_config=self._host_config(version.network), line_prefix=line_prefix,
+                            deadline=deadline)
+        except ImageNotFound:
+            self._discard(container, "its image does not exist")
+            raise ExecutionError(f"image {version.image} does not exist") from None
+        except DeadlineExceeded:
+            self._discard(container, "it did not start in time")
+            raise ExecutionError(f"it was not ready within {self._start_timeout:g}s") from None
+        except BaseException:
+            self._discard(container, "it did not start")
+            raise
+        log.debug("Warm container started", extra={
+            "function": version.function, "container": container.name, "image": version.image,
+            "duration": round(time.monotonic() - began, 3)})
+        return container
+
+    def _checkin(self, container, warm):
+        why = None
+        with self._lock:
+            version = container.version
+            if self._closed:
+                why = "Relay is stopping"
+            elif container.broken:
+                why = "it failed"
+            elif container.served >= warm.max_invocations:
+                why = f"it served {container.served} invocations (warm.max_invocations)"
+            elif version.image in self._retired:
+                why = "its version was retired"
+            elif self._latest.get(version.function) != version:
+                why = "a newer version of its function is in use"
+            else:
+                container.last_used = self._clock()
+                container.idle_limit = warm.idle / 1e9
+                self._idle.append(container)
+                self._changed.notify()
+        if why is not None:
+            self._discard(container, why)
+
+    def _discard(self, container, why):
+        """Remove *container*; it no longer counts against the capacity."""
+        try:
+            container.remove()
+        finally:
+            if self._leases is not None:
+                self._leases.release(container.image)
+            with self._lock:
+                left = self._members.get(container.version, 0) - 1
+                if left > 0:
+                    self._members[container.version] = left
+                else:
+                    self._members.pop(container.version, None)
+                self._changed.notify_all()
+            log.debug("Warm container removed", extra={
+                "function": container.function, "container": container.name, "reason": why,
+                "served": container.served})
+
+    def _host_config(self, network):
+        if network not in self._host_configs:
+            self._host_configs[network] = host_config(self._api, network)
+        return self._host_configs[network]
+
+    # --- lifecycle ----------------------------------------------------------------
+
+    def retire_image(self, image):
+        """*image* is no longer a function's active version: its containers go once idle."""
+        with self._lock:
+            self._retired.add(image)
+            retired = [container for container in self._idle if container.image == image]
+            for container in retired:
+                self._idle.remove(container)
+        for container in retired:
+            self._discard(container, "its version was retired")
+
+    def stop_idle(self):
+        """Remove the containers idle longer than their function's ``warm.idle``."""
+        now = self._clock()
+        with self._lock:
+            expired = [container for container in self._idle if now - container.last_used >= container.idle_limit]
+            for container in expired:
+                self._idle.remove(container)
+        for container in expired:
+            self._discard(container, f"idle for {format_duration(int(container.idle_limit * 1e9))}")
+
+    def containers(self):
+        """How many warm containers each function has now (started, starting or running)."""
+        with self._lock:
+            counts = {}
+            for version, count in self._members.items():
+                counts[version.function] = counts.get(version.function, 0) + count
+            return counts
+
+    def loop(self):
+        while not self._stopping.wait(self._idle_check):
+            self.stop_idle()
+
+    def stop(self):
+        self._stopping.set()
+
+    def close(self, timeout=CLOSE_TIMEOUT):
+        """Relay is stopping: remove every idle container now, and each running one when its invocation ends."""
+        with self._lock:
+            self._closed = True
+            idle, self._idle = self._idle, []
+            self._changed.notify_all()
+        removers = [threading.Thread(target=self._discard, args=(container, "Relay is stopping"), daemon=True)
+                    for container in idle]
+        for remover in removers:
+            remover.start()
+        deadline = time.monotonic() + timeout
+        for remover in removers:
+            remover.join(max(0.0, deadline - time.monotonic()))
+        return not any(remover.is_alive() for remover in removers)
