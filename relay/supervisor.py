@@ -148,10 +148,13 @@ class Supervisor:
         self._spawn_services([leftovers])
         self.catalog = Catalog()
         self.leases = ImageLeases()
-        self.executor = executor = Executor(self.docker, config.consumer, leases=self.leases, leftovers=leftovers,
-                                            warm_capacity=config.max_concurrency)
-        self._spawn_services([executor.warm])
         self.secrets = secrets = secret_store(self.secrets_dir) if self.secrets_dir else secret_store()
+        self.executor = executor = Executor(
+            self.docker, config.consumer, leases=self.leases, leftovers=leftovers,
+            warm_capacity=config.max_concurrency, functions=self.catalog.snapshot,
+            environment=lambda function: environment(function, secrets),
+            on_warm_count=lambda function, count: metrics.warm_containers.labels(function).set(count))
+        self._spawn_services([executor.warm])
         self._load_functions()
 
         ensure_group(client, config.stream, config.group)

@@ -12,6 +12,7 @@ import pytest
 
 from relay.durations import SECOND
 from relay.functions.template import Warm
+from relay.live.catalog import ActiveFunction
 from relay.runtime.containers import MEMORY_BYTES, PIDS_LIMIT
 from relay.runtime.executor import Executor
 from relay.runtime.images import ImageBuilder
@@ -343,3 +344,45 @@ def test_a_warm_container_is_hardened_and_labelled_without_invocation_ids(execut
         MEMORY_BYTES, MEMORY_BYTES, PIDS_LIMIT, 1_000_000_000)
     assert host["AutoRemove"] and "/tmp" in host["Tmpfs"]
     assert "RELAY_HANDLER" not in " ".join(details["Config"]["Env"])
+
+
+def test_a_container_that_died_while_idle_is_replaced_before_the_invocation(executor, images, output,
+                                                                           docker_engine, hostname):
+    assert run(executor, images, "rt-warm-python", "warm.counter", message_id="1-0").ok
+    [listed] = warm_containers(docker_engine, hostname)
+    docker_engine.api.kill(listed["Id"])
+    assert wait_until(lambda: not warm_containers(docker_engine, hostname), timeout=10)
+    outcome = run(executor, images, "rt-warm-python", "warm.counter", message_id="2-0")
+    assert outcome.ok, outcome.error
+    assert count_line(output, images, "rt-warm-python", "2-0").startswith("count 1 ")
+
+
+def test_prestart_starts_the_containers_once_per_version(docker_engine, hostname, images, output, leases):
+    function, tag = images["rt-warm-python"]
+    function = replace(function, template=replace(function.template, warm=Warm(containers=2, prestart=True)))
+    active = [ActiveFunction(function=function, image=tag)]
+    executor = Executor(docker_engine, hostname, output, leases=leases, warm_capacity=4, functions=lambda: active,
+                        environment=lambda function: dict(function.template.env))
+    try:
+        executor.warm.prestart()
+        assert len(warm_containers(docker_engine, hostname)) == 2
+        assert executor.warm.containers() == {function.name: 2} and leases.in_use(tag)
+        outcome = executor.run(replace(invocation(images, "rt-warm-python", "warm.counter"),
+                                       warm=function.template.warm))
+        assert outcome.ok and count_line(output, images, "rt-warm-python", "1-0").startswith("count 1 ")
+        executor.warm.retire_image(tag)
+        executor.warm.prestart()   # once per version: a retired one is not started again
+        assert wait_until(lambda: not warm_containers(docker_engine, hostname), timeout=10)
+    finally:
+        executor.warm.close()
+
+
+def test_every_change_of_a_functions_container_count_is_reported(docker_engine, hostname, images, output):
+    counts = []
+    executor = Executor(docker_engine, hostname, output, on_warm_count=lambda function, count: counts.append(count))
+    try:
+        assert run(executor, images, "rt-warm-python", "warm.counter").ok
+        assert run(executor, images, "rt-warm-python", "warm.leave", message_id="2-0").error
+        assert counts == [1, 0]
+    finally:
+        executor.warm.close()

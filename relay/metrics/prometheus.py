@@ -73,6 +73,8 @@ class Metrics:
                                      registry=registry)
         self.in_flight = Gauge("in_flight_invocations", "Handler invocations running in this worker.",
                                registry=registry)
+        self.warm_containers = Gauge("warm_containers", "Warm containers of this worker (starting, idle or "
+                                                        "running an invocation).", ("function",), registry=registry)
 
 
 class PrometheusObserver:

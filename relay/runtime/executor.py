@@ -38,7 +38,7 @@ log = logging.getLogger("relay.runtime.executor")
 
 class Executor:
     def __init__(self, docker_client, hostname, output=None, *, leases=None, leftovers=None,
-                 warm_capacity=DEFAULT_MAX_CONCURRENCY):
+                 warm_capacity=DEFAULT_MAX_CONCURRENCY, functions=None, environment=None, on_warm_count=None):
         """*output* receives the handlers' lines (default: sys.stdout as it is
         now); *leases* (an ImageLeases), when given, protects each
         invocation's image from garbage collection while it runs, and each
@@ -46,7 +46,9 @@ class Executor:
         *leftovers* (a sweep.Leftovers), when given, takes the containers
         that could not be removed because the engine was unreachable.
         Invocations of functions with ``warm:`` run on ``self.warm``, a
-        WarmPool of at most *warm_capacity* (MAX_CONCURRENCY) containers."""
+        WarmPool of at most *warm_capacity* (MAX_CONCURRENCY) containers;
+        *functions* and *environment* let it prestart, and *on_warm_count* hears
+        its number of containers per function (see WarmPool)."""
         self._api = docker_client.api
         self._hostname = hostname
         self._output = output if output is not None else sys.stdout
@@ -54,7 +56,8 @@ class Executor:
         self._leftovers = leftovers
         self._host_configs = {}  # by network: one HostConfig for every container of the same network
         self.warm = WarmPool(docker_client, hostname, self._output, capacity=warm_capacity, leases=leases,
-                             leftovers=leftovers)
+                             leftovers=leftovers, functions=functions, environment=environment,
+                             on_count=on_warm_count)
 
     def _host_config(self, network):
         if network not in self._host_configs:

@@ -28,8 +28,11 @@ STDOUT, STDERR = 1, 2
 _HEADER = struct.Struct(">BxxxL")
 
 
-def prefix(function, handler, message_id=None, event_id=None):
-    parts = [f'relay: function "{escape(function)}" handler "{escape(handler)}"']
+def prefix(function, handler=None, message_id=None, event_id=None):
+    """Without a handler: the prefix of what a warm container writes before its first invocation."""
+    parts = [f'relay: function "{escape(function)}"']
+    if handler:
+        parts.append(f'handler "{escape(handler)}"')
     if message_id:
         parts.append(f'message "{escape(message_id)}"')
     if event_id:

@@ -146,7 +146,6 @@ class WarmContainer:
         error; after any of them the container is broken and must be removed.
         """
         try:
-            self._forward_idle_output()
             self._prefix = line_prefix
             self._seq += 1
             seq = str(self._seq).encode()
@@ -204,8 +203,20 @@ class WarmContainer:
             raise ProtocolBreak(f"{_show(text)} where {_show(expected)} was due")
         return None
 
+    def forward_idle_output(self):
+        """Forward what the container wrote since its last request ended, under that request's prefix.
+
+        Raises ContainerExited when the container ended meanwhile (an engine
+        restart, say), ProtocolBreak for a marker written while idle; either
+        way it is broken and must be removed.
+        """
+        try:
+            self._forward_idle_output()
+        except BaseException:
+            self.broken = True
+            raise
+
     def _forward_idle_output(self):
-        """What the container wrote since the last request ended, under that request's prefix."""
         self._sock.settimeout(0.0)
         while True:
             try:

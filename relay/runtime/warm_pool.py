@@ -33,7 +33,7 @@ from docker.errors import DockerException, ImageNotFound
 from requests.exceptions import RequestException
 
 from relay.durations import format_duration
-from relay.errors import ContainerExited, DeadlineExceeded, ExecutionError, ProtocolBreak
+from relay.errors import ContainerExited, DeadlineExceeded, ExecutionError, ProtocolBreak, RelayError
 from relay.runtime.containers import host_config
 from relay.runtime.invocation import Outcome, engine_error_text, is_unreachable
 from relay.runtime.output import prefix
@@ -68,8 +68,16 @@ class Version:
 
 class WarmPool:
     def __init__(self, docker_client, hostname, output, *, capacity, leases=None, leftovers=None,
-                 start_timeout=START_TIMEOUT, idle_check=IDLE_CHECK, clock=time.monotonic):
+                 functions=None, environment=None, on_count=None, start_timeout=START_TIMEOUT,
+                 idle_check=IDLE_CHECK, clock=time.monotonic):
+        """*functions* (returning the active functions) and *environment* (a function's variables,
+        secrets resolved) let ``loop`` start the containers of functions with ``warm.prestart``;
+        ``on_count(function, containers)`` hears every change of a function's number of containers."""
         self._api = docker_client.api
+        self._on_count = on_count
+        self._functions = functions
+        self._environment = environment
+        self._prestarted = set()  # images whose containers were started at ready
         self._hostname = hostname
         self._output = output
         self._capacity = capacity
@@ -115,7 +123,10 @@ class WarmPool:
             return outcome(None, timed_out=True, error=describe(
                 f"timed out after {format_duration(invocation.timeout)}; its warm container was removed"))
         except (ContainerExited, ProtocolBreak) as error:
-            return outcome(container.exit_code, error=describe(f"{error}; the container is replaced"))
+            # An exit whose code the engine cannot tell is the engine's trouble (it restarted), not the handler's.
+            unknown = isinstance(error, ContainerExited) and container.exit_code is None
+            return outcome(container.exit_code, engine_unavailable=unknown,
+                           error=describe(f"{error}; the container is replaced"))
         except (DockerException, RequestException, OSError) as error:
             return outcome(None, engine_unavailable=is_unreachable(error), error=describe(
                 f"the Docker engine failed during the invocation: {engine_error_text(error, invocation.env)}"))
@@ -130,29 +141,43 @@ class WarmPool:
         return outcome(1, error=describe("the handler failed in its warm container"))
 
     def _checkout(self, version, invocation, line_prefix):
-        """An idle container of *version*, or a new one started for it."""
+        """An idle container of *version* that is still alive, or a new one started for it."""
         deadline = time.monotonic() + self._start_timeout
         while True:
-            with self._lock:
+            container, to_remove = self._claim(version, deadline)
+            if container is not None:
+                try:
+                    container.forward_idle_output()
+                    return container
+                except (ContainerExited, ProtocolBreak, OSError) as error:
+                    self._discard(container, f"it ended while idle: {error}")
+            elif to_remove is None:
+                return self._start(version, invocation.env, line_prefix, deadline)
+            else:
+                for old, why in to_remove:
+                    self._discard(old, why)
+
+    def _claim(self, version, deadline):
+        """One step of a checkout, under the lock: (an idle container, None), or (None, None) when
+        room for a new one was reserved, or (None, [(container, why), ...]) to remove first."""
+        with self._lock:
+            while True:
                 if self._closed:
                     raise ExecutionError("Relay is stopping")
                 self._latest[version.function] = version
                 container = self._take_idle(version)
                 if container is not None:
-                    return container
+                    return container, None
                 stale = self._take_stale(version)
-                room = sum(self._members.values()) < self._capacity
-                if not stale and room:
-                    self._members[version] = self._members.get(version, 0) + 1
-                    break
-                victim = None if stale or room else (self._idle.pop(0) if self._idle else None)
-                if not stale and victim is None:
-                    if not self._changed.wait(timeout=max(0.0, deadline - time.monotonic())):
-                        raise ExecutionError(f"no room for a warm container within {self._start_timeout:g}s")
-                    continue
-            for container in stale or [victim]:
-                self._discard(container, "an older version" if stale else "least recently used, to make room")
-        return self._start(version, invocation, line_prefix, deadline)
+                if stale:
+                    return None, [(old, "a newer version of its function is in use") for old in stale]
+                if sum(self._members.values()) < self._capacity:
+                    self._add_member(version)
+                    return None, None
+                if self._idle:
+                    return None, [(self._idle.pop(0), "least recently used, to make room")]
+                if not self._changed.wait(timeout=max(0.0, deadline - time.monotonic())):
+                    raise ExecutionError(f"no room for a warm container within {self._start_timeout:g}s")
 
     def _take_idle(self, version):
         for index in range(len(self._idle) - 1, -1, -1):   # the most recently used: let the others idle out
@@ -168,14 +193,14 @@ class WarmPool:
             self._idle.remove(container)
         return stale
 
-    def _start(self, version, invocation, line_prefix, deadline):
+    def _start(self, version, env, line_prefix, deadline):
         if self._leases is not None:
             self._leases.acquire(version.image)
         container = WarmContainer(self._api, function=version.function, image=version.image, version=version,
                                   hostname=self._hostname, output=self._output, leftovers=self._leftovers)
         began = time.monotonic()
         try:
-            container.start(command=runtime_for(version.runtime).warm_command, env=invocation.env,
+            container.start(command=runtime_for(version.runtime).warm_command, env=env,
                             host_config=self._host_config(version.network), line_prefix=line_prefix,
                             deadline=deadline)
         except ImageNotFound:
@@ -228,9 +253,20 @@ class WarmPool:
                 else:
                     self._members.pop(container.version, None)
                 self._changed.notify_all()
+                self._count_changed(container.function)
             log.debug("Warm container removed", extra={
                 "function": container.function, "container": container.name, "reason": why,
                 "served": container.served})
+
+    def _add_member(self, version):
+        """Under the lock: one more container of *version*."""
+        self._members[version] = self._members.get(version, 0) + 1
+        self._count_changed(version.function)
+
+    def _count_changed(self, function):
+        if self._on_count is not None:
+            self._on_count(function, sum(count for version, count in self._members.items()
+                                         if version.function == function))
 
     def _host_config(self, network):
         if network not in self._host_configs:
@@ -267,8 +303,45 @@ class WarmPool:
                 counts[version.function] = counts.get(version.function, 0) + count
             return counts
 
+    def prestart(self):
+        """Start ``warm.containers`` containers for each active function version with ``warm.prestart``,
+        once per version, as far as there is room."""
+        for active in self._functions() if self._functions is not None else ():
+            template = active.function.template
+            if template.warm is None or not template.warm.prestart or active.image in self._prestarted:
+                continue
+            self._prestarted.add(active.image)
+            try:
+                env = self._environment(active.function)
+            except RelayError as error:
+                log.warning("Warm containers not prestarted", extra={"function": active.name, "error": str(error)})
+                continue
+            version = Version(active.name, active.image, template.runtime, template.network,
+                              frozenset(env.items()))
+            self._prestart_version(version, template.warm, env)
+
+    def _prestart_version(self, version, warm, env):
+        started = 0
+        for _ in range(warm.containers):
+            with self._lock:
+                if self._closed or sum(self._members.values()) >= self._capacity:
+                    break
+                self._latest.setdefault(version.function, version)
+                self._add_member(version)
+            try:
+                container = self._start(version, env, prefix(version.function), time.monotonic() +
+                                        self._start_timeout)
+            except (ExecutionError, DockerException, RequestException, OSError) as error:
+                log.warning("A warm container could not be prestarted", extra={
+                    "function": version.function, "error": engine_error_text(error, dict(version.env))})
+                break
+            self._checkin(container, warm)
+            started += 1
+        log.debug("Warm containers prestarted", extra={"function": version.function, "containers": started})
+
     def loop(self):
         while not self._stopping.wait(self._idle_check):
+            self.prestart()
             self.stop_idle()
 
     def stop(self):
