@@ -109,8 +109,8 @@ def count_line(output, images, fixture, message_id, handler="warm.counter"):
     return next(line for line in lines_of(output, images, fixture, handler, message_id) if line.startswith("count"))
 
 
-def pid_of(output, images, fixture, handler, message_id):
-    found = [re.search(r"pid (\d+)", line) for line in lines_of(output, images, fixture, handler, message_id)]
+def host_of(output, images, fixture, handler, message_id):
+    found = [re.search(r"host (\w+)", line) for line in lines_of(output, images, fixture, handler, message_id)]
     return next(match.group(1) for match in found if match)
 
 
@@ -133,9 +133,9 @@ def test_one_container_serves_many_invocations_and_keeps_module_state(executor, 
     counts = [lines_of(output, images, fixture, "warm.counter", f"{n}-0") for n in range(3)]
     for n, lines in enumerate(counts):
         [line] = [line for line in lines if line.startswith("count")]
-        assert line.startswith(f"count {n + 1} pid ") and " warm.counter hello " in line, lines
+        assert line.startswith(f"count {n + 1} host ") and " warm.counter hello " in line, lines
         assert sorted(lines) == [line, "to stderr"]
-    assert len({pid_of(output, images, fixture, "warm.counter", f"{n}-0") for n in range(3)}) == 1
+    assert len({host_of(output, images, fixture, "warm.counter", f"{n}-0") for n in range(3)}) == 1
     assert len(warm_containers(docker_engine, hostname)) == 1
     assert executor.warm.containers() == {images[fixture][0].name: 1}
 
@@ -169,7 +169,7 @@ def test_a_raising_handler_fails_its_invocation_and_the_container_stays(executor
     assert "failed in its warm container" in failed.error
     assert any("boom 5" in line for line in lines_of(output, images, fixture, "warm.fail", "2-0"))
     assert run(executor, images, fixture, "warm.counter", message_id="3-0").ok
-    assert pid_of(output, images, fixture, "warm.counter", "1-0") == pid_of(output, images, fixture,
+    assert host_of(output, images, fixture, "warm.counter", "1-0") == host_of(output, images, fixture,
                                                                             "warm.counter", "3-0")
 
 
@@ -258,7 +258,7 @@ def test_a_container_is_replaced_after_max_invocations(executor, images, output,
     warm = replace(WARM, max_invocations=2)
     for n in range(3):
         assert run(executor, images, fixture, "warm.counter", message_id=f"{n}-0", warm=warm).ok
-    firsts = [count_line(output, images, fixture, f"{n}-0").split(" pid")[0] for n in range(3)]
+    firsts = [count_line(output, images, fixture, f"{n}-0").split(" host")[0] for n in range(3)]
     assert firsts == ["count 1", "count 2", "count 1"]
 
 
