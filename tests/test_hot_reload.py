@@ -198,7 +198,7 @@ def test_the_final_flush_on_shutdown_persists_the_last_counters(relay, redis_cli
     stats = reader.stats()
     assert (stats.counters.events_processed, stats.counters.handler_successes) == (3, 3)
     assert stats.updated_at is not None
-    counters = reader.function_counters(name)
+    counters = reader.function_stats(name).counters
     assert (counters.events_processed, counters.handler_successes, counters.handler_failures) == (3, 3, 0)
 
 

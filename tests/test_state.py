@@ -17,12 +17,15 @@ from relay.view.database import (
     SUCCESS,
     Counters,
     FunctionRecord,
+    FunctionStats,
     HandlerRecord,
     StateDatabase,
     StateReader,
     Stats,
+    WarmRecord,
     rfc3339,
 )
+from tests.support.state import write_schema_1_database
 
 T0 = datetime(2026, 9, 8, 12, 0, 0, tzinfo=UTC)
 T1 = datetime(2026, 9, 8, 12, 0, 5, tzinfo=UTC)
@@ -34,7 +37,8 @@ READY_ONE = FunctionRecord(
     prepared_at=T0, last_reconcile_at=T1, last_reconcile_status=FAILED, last_error="line one\n  line two",
     env={"API_URL": "https://api.example.com", "MODE": "fast"}, secrets={"DATABASE_URL": "database-url"},
     handlers=(HandlerRecord("events.created.handler", "6s"), HandlerRecord("events.updated.handler", "20s"),
-              HandlerRecord("jobs.cleanup.handler", "6s", SCHEDULE, "0 3 * * *", "UTC")))
+              HandlerRecord("jobs.cleanup.handler", "6s", SCHEDULE, "0 3 * * *", "UTC")),
+    warm=WarmRecord(containers=2, max_invocations=1000, idle="10m0s", prestart=True))
 PENDING_ONE = FunctionRecord(name="welcome-email-node", runtime="node24", status=PENDING, updated_at=T1,
                              handlers=(HandlerRecord("handler.handler", "6s"),))
 STATS = Stats(Counters(152934, 152801, 133, 82, 4), pending_entries=17, oldest_pending_age_seconds=134.7,
@@ -48,29 +52,32 @@ def path(tmp_path):
 
 def test_round_trip_creates_the_parent_and_keeps_every_field(path):
     database = StateDatabase(path)
-    assert database.write([PENDING_ONE, READY_ONE], STATS, {"user-events-python": Counters(12493, 12470, 23, 17, 2)})
+    busy = FunctionStats(Counters(12493, 12470, 23, 17, 2), warm_containers=1)
+    assert database.write([PENDING_ONE, READY_ONE], STATS, {"user-events-python": busy})
     reader = StateReader(path)
     assert reader.functions() == [READY_ONE, PENDING_ONE]
-    assert reader.function("welcome-email-node") == PENDING_ONE
+    assert reader.function("welcome-email-node") == PENDING_ONE and PENDING_ONE.warm is None
     assert reader.function("missing") is None
     assert reader.stats() == STATS
-    assert reader.function_counters("user-events-python") == Counters(12493, 12470, 23, 17, 2)
-    assert reader.function_counters("welcome-email-node") == Counters()
+    assert reader.function_stats("user-events-python") == busy
+    assert reader.function_stats("welcome-email-node") == FunctionStats()
     assert list(reader.function("user-events-python").env) == ["API_URL", "MODE"], "template order is kept"
 
 
 def test_columns_are_the_references_with_rfc3339_times_and_json_mappings(path):
-    StateDatabase(path).write([READY_ONE], STATS, {})
+    StateDatabase(path).write([READY_ONE, PENDING_ONE], STATS, {"welcome-email-node": FunctionStats(warm_containers=2)})
     with sqlite3.connect(path) as connection:
         connection.row_factory = sqlite3.Row
-        row = connection.execute("SELECT * FROM functions").fetchone()
+        row, pending = connection.execute("SELECT * FROM functions ORDER BY name").fetchall()
         assert set(row.keys()) >= {"name", "runtime", "status", "image", "fingerprint", "prepared_at",
                                    "last_reconcile_at", "last_reconcile_status", "last_error", "updated_at", "env",
-                                   "secrets"}
+                                   "secrets", "warm"}
         assert all(RFC3339.fullmatch(row[column]) for column in ("prepared_at", "last_reconcile_at", "updated_at"))
         assert row["secrets"] == '{"DATABASE_URL": "database-url"}'
+        assert row["warm"] == '{"containers": 2, "max_invocations": 1000, "idle": "10m0s", "prestart": true}'
+        assert pending["warm"] is None, "a function without warm: has NULL"
         handlers = connection.execute("SELECT function_name, handler, timeout, kind FROM handlers "
-                                      "ORDER BY kind, position").fetchall()
+                                      "WHERE function_name = 'user-events-python' ORDER BY kind, position").fetchall()
         assert [tuple(item) for item in handlers] == [
             ("user-events-python", "events.created.handler", "6s", EVENT),
             ("user-events-python", "events.updated.handler", "20s", EVENT),
@@ -81,17 +88,20 @@ def test_columns_are_the_references_with_rfc3339_times_and_json_mappings(path):
         assert RFC3339.fullmatch(stats["updated_at"])
         assert {column for (_cid, column, *_rest) in connection.execute("PRAGMA table_info(function_stats)")} >= {
             "function_name", "events_processed", "handler_successes", "handler_failures", "retries", "dlq_entries",
-            "updated_at"}
+            "warm_containers", "updated_at"}
+        assert tuple(connection.execute("SELECT function_name, events_processed, warm_containers "
+                                        "FROM function_stats").fetchone()) == ("welcome-email-node", 0, 2)
+        assert connection.execute("PRAGMA user_version").fetchone()[0] == 2
 
 
 def test_each_write_replaces_the_whole_view(path):
     database = StateDatabase(path)
     database.write([READY_ONE, PENDING_ONE])
-    database.write([PENDING_ONE], STATS, {"gone": Counters(1, 1, 0, 0, 0)})
+    database.write([PENDING_ONE], STATS, {"gone": FunctionStats(Counters(1, 1, 0, 0, 0), warm_containers=1)})
     database.write(None, STATS, {})
     reader = StateReader(path)
     assert [record.name for record in reader.functions()] == ["welcome-email-node"]
-    assert reader.function_counters("gone") == Counters()
+    assert reader.function_stats("gone") == FunctionStats()
 
 
 def test_a_deleted_file_is_recreated_with_the_whole_view(path):
@@ -124,6 +134,26 @@ def test_another_schema_is_replaced(path):
     assert StateReader(path).functions() == [PENDING_ONE]
 
 
+def test_the_version_1_schema_is_replaced_by_the_first_write(path):
+    write_schema_1_database(path, ["old"])
+    StateDatabase(path).write([READY_ONE], STATS, {"user-events-python": FunctionStats(warm_containers=2)})
+    reader = StateReader(path)
+    assert reader.functions() == [READY_ONE], "derived data is dropped, not migrated"
+    assert reader.function_stats("old") == FunctionStats()
+    assert reader.function_stats("user-events-python").warm_containers == 2
+
+
+def test_reading_a_database_of_another_schema_version_says_so(path):
+    write_schema_1_database(path, ["old"])
+    reader = StateReader(path)
+    for read in (reader.functions, lambda: reader.function("old"), lambda: reader.function_stats("old"),
+                 reader.stats):
+        with pytest.raises(StateError, match=r"has schema version 1 and this Relay reads version 2; "
+                                             r"it is rebuilt when this version of Relay starts"):
+            read()
+    assert reader.function_names() == {"old"}, "the names survive an upgrade, for the startup image GC"
+
+
 def test_a_broken_file_is_an_error_for_both_sides_until_it_is_removed(path):
     path.parent.mkdir(parents=True)
     path.write_bytes(b"this is not a database" * 100)
@@ -148,7 +178,7 @@ def test_reading_a_missing_database_is_empty_and_creates_nothing(path):
     reader = StateReader(path)
     assert reader.functions() == [] and reader.function("x") is None
     assert reader.stats() == Stats() and reader.stats().updated_at is None
-    assert reader.function_counters("x") == Counters()
+    assert reader.function_stats("x") == FunctionStats() and reader.function_names() == set()
     assert not path.exists() and not path.parent.exists()
 
 

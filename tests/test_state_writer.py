@@ -21,11 +21,14 @@ from relay.view.database import (
     SUCCESS,
     Counters,
     FunctionRecord,
+    FunctionStats,
     HandlerRecord,
     StateDatabase,
     StateReader,
+    WarmRecord,
 )
 from relay.view.writer import StateWriter, function_record, previous_functions, stats_snapshot
+from tests.support.state import write_schema_1_database
 
 T0 = datetime(2026, 9, 8, 12, 0, 0, tzinfo=UTC)
 T1 = datetime(2026, 9, 8, 12, 0, 5, tzinfo=UTC)
@@ -65,6 +68,8 @@ def busy_metrics():
     metrics.function_failure.labels("b").inc(2)
     metrics.function_retries.labels("b").inc(1)
     metrics.function_dlq_entries.labels("b").inc(1)
+    metrics.warm_containers.labels("a").set(2)
+    metrics.warm_containers.labels("prestarted").set(1)   # warm containers, no event yet
     return metrics
 
 
@@ -75,6 +80,14 @@ def test_a_pending_function_s_row_has_its_template_and_no_image_or_fingerprint()
         handlers=(HandlerRecord(handler="app.handler", timeout="6s"),
                   HandlerRecord(handler="jobs.report", timeout="20s", kind="schedule", cron="0 8 * * 1-5",
                                 timezone="Europe/Rome")))
+
+
+def test_a_warm_function_s_row_has_its_settings_with_idle_as_a_go_duration():
+    template = parse_template(TEMPLATE + "concurrency: 4\nwarm:\n  containers: 3\n  idle: 90s\n")
+    warm = Function(name="fn", directory=Path("/functions/fn"), template=template, fingerprint="f" * 64)
+    record = function_record(FunctionStatus(warm, ready=False, updated_at=T0))
+    assert record.warm == WarmRecord(containers=3, max_invocations=1000, idle="1m30s", prestart=False)
+    assert RECORD.warm is None, "no warm: in the template, no settings"
 
 
 def test_a_ready_function_s_row_has_its_image_fingerprint_and_last_reconcile():
@@ -94,7 +107,16 @@ def test_the_snapshot_is_the_registry_s_absolute_values():
     stats, per_function = stats_snapshot(busy_metrics(), T0)
     assert stats.counters == Counters(7, 5, 2, 1, 1)
     assert (stats.pending_entries, stats.oldest_pending_age_seconds, stats.updated_at) == (3, 134.5, T0)
-    assert per_function == {"a": Counters(4, 3, 0, 0, 0), "b": Counters(3, 0, 2, 1, 1)}
+    assert per_function == {"a": FunctionStats(Counters(4, 3, 0, 0, 0), warm_containers=2),
+                            "b": FunctionStats(Counters(3, 0, 2, 1, 1)),
+                            "prestarted": FunctionStats(warm_containers=1)}
+
+
+def test_the_snapshot_follows_the_warm_containers_gauge_down_to_zero():
+    metrics = busy_metrics()
+    metrics.warm_containers.labels("a").set(0)
+    _stats, per_function = stats_snapshot(metrics, T0)
+    assert per_function["a"] == FunctionStats(Counters(4, 3, 0, 0, 0), warm_containers=0)
 
 
 def test_a_fresh_registry_snapshots_zeros():
@@ -116,9 +138,21 @@ def test_the_loop_writes_the_view_at_once_and_the_counters_every_interval(tmp_pa
     metrics.events_processed.inc(10)
     gevent.sleep(0.25)
     assert reader.stats().counters.events_processed == 17
-    assert reader.function_counters("a") == Counters(4, 3, 0, 0, 0)
+    assert reader.function_stats("a") == FunctionStats(Counters(4, 3, 0, 0, 0), warm_containers=2)
     writer.stop()
     loop.get(timeout=2)
+
+
+def test_a_flush_stores_the_warm_containers_of_each_function(tmp_path):
+    path = tmp_path / "db.sqlite3"
+    metrics = busy_metrics()
+    writer = StateWriter(StateDatabase(path), metrics, interval=60)
+    writer.flush()
+    reader = StateReader(path)
+    assert reader.function_stats("prestarted") == FunctionStats(warm_containers=1)
+    metrics.warm_containers.labels("a").set(1)
+    writer.flush()
+    assert reader.function_stats("a") == FunctionStats(Counters(4, 3, 0, 0, 0), warm_containers=1)
 
 
 def test_the_final_flush_writes_the_latest_and_closes(tmp_path):
@@ -209,3 +243,9 @@ def test_the_names_an_earlier_run_left_behind(tmp_path):
     assert previous_functions(path) == {"fn"}
     path.write_bytes(b"garbage" * 100)
     assert previous_functions(path) == set()
+
+
+def test_the_names_an_earlier_release_left_behind_survive_the_schema_change(tmp_path):
+    path = tmp_path / "db.sqlite3"
+    write_schema_1_database(path, ["deleted-while-stopped", "kept"])
+    assert previous_functions(path) == {"deleted-while-stopped", "kept"}

@@ -2,6 +2,7 @@
 exit codes, and the real command reading /var/lib/relay/db.sqlite3 in a private
 mount namespace (no Redis, Docker or /functions anywhere)."""
 
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -17,9 +18,11 @@ from relay.view.database import (
     SUCCESS,
     Counters,
     FunctionRecord,
+    FunctionStats,
     HandlerRecord,
     StateDatabase,
     Stats,
+    WarmRecord,
 )
 from relay.view.report import age, render_function, render_function_list, render_stats
 from tests.support.commands import view_command
@@ -44,6 +47,7 @@ BUILD_ERROR = ('building image relay-fn-reports:9a8b7c6d5e4f3a2b for function "r
                "last build output:\n"
                "  ERROR: No matching distribution found for reportlib==9.9")
 STATS = Counters(12493, 12470, 23, 17, 2)
+FUNCTION_STATS = FunctionStats(STATS)
 
 
 def test_function_ls_matches_the_reference():
@@ -80,7 +84,7 @@ def test_function_ls_with_nothing_loaded_is_the_header():
 
 
 def test_inspect_a_ready_function():
-    assert render_function(USER_EVENTS, STATS, NOW) == f"""\
+    assert render_function(USER_EVENTS, FUNCTION_STATS, NOW) == f"""\
 Name:              user-events-python
 Runtime:           python3.14
 Status:            ready
@@ -108,7 +112,7 @@ def test_inspect_a_pending_function_omits_image_fingerprint_and_prepared():
         name="reports", runtime="python3.14", status=PENDING, updated_at=NOW - timedelta(minutes=3),
         last_reconcile_at=NOW - timedelta(minutes=3), last_reconcile_status=FAILED, last_error=BUILD_ERROR,
         handlers=(HandlerRecord("jobs.report.handler", "6s"),))
-    assert render_function(pending, Counters(), NOW) == """\
+    assert render_function(pending, FunctionStats(), NOW) == """\
 Name:              reports
 Runtime:           python3.14
 Status:            pending
@@ -133,7 +137,7 @@ Stats:
 def test_inspect_a_pending_function_still_building_has_no_reconcile_line():
     building = FunctionRecord(name="reports", runtime="node24", status=PENDING, updated_at=NOW,
                               handlers=(HandlerRecord("handler.handler", "6s"),))
-    text = render_function(building, Counters(), NOW)
+    text = render_function(building, FunctionStats(), NOW)
     assert text.startswith("Name:              reports\nRuntime:           node24\nStatus:            pending\n\n")
     assert "Last" not in text and "Image" not in text
 
@@ -146,7 +150,7 @@ def test_inspect_a_failed_reconcile_keeps_status_ready():
         last_error="/functions/user-events-python/template.yaml: 1 problem\n"
                    "  runtime: 'python9' is not supported; use one of python3.14, node24",
         handlers=(HandlerRecord("events.created.handler", "6s"),))
-    assert render_function(failed, Counters(3, 3, 0, 0, 0), NOW) == f"""\
+    assert render_function(failed, FunctionStats(Counters(3, 3, 0, 0, 0)), NOW) == f"""\
 Name:              user-events-python
 Runtime:           python3.14
 Status:            ready
@@ -179,7 +183,7 @@ def test_inspect_with_schedules_environment_and_secrets():
                   HandlerRecord("jobs.cleanup.handler", "6s", SCHEDULE, "0 3 * * *", "UTC"),
                   HandlerRecord("jobs.report.handler", "20s", SCHEDULE, "0 8 * * 1-5", "Europe/Rome"),
                   HandlerRecord("jobs.tick.handler", "6s", SCHEDULE, "30 */5 * * * *", "UTC")))
-    assert render_function(configured, STATS, NOW) == f"""\
+    assert render_function(configured, FUNCTION_STATS, NOW) == f"""\
 Name:              user-events-python
 Runtime:           python3.14
 Status:            ready
@@ -214,12 +218,60 @@ Secrets:
 """
 
 
+def test_inspect_a_warm_function_shows_its_settings_and_the_containers_running_now():
+    warm = FunctionRecord(
+        name="user-events-python", runtime="python3.14", status=READY, updated_at=PREPARED, image=IMAGE,
+        fingerprint=FINGERPRINT, prepared_at=PREPARED, last_reconcile_at=PREPARED, last_reconcile_status=SUCCESS,
+        env={"MODE": "fast"}, handlers=(HandlerRecord("events.created.handler", "6s"),
+                                        HandlerRecord("jobs.cleanup.handler", "6s", SCHEDULE, "0 3 * * *", "UTC")),
+        warm=WarmRecord(containers=2, max_invocations=1000, idle="10m0s", prestart=False))
+    assert render_function(warm, FunctionStats(STATS, warm_containers=1), NOW) == f"""\
+Name:              user-events-python
+Runtime:           python3.14
+Status:            ready
+Image:             {IMAGE}
+Fingerprint:       {FINGERPRINT}
+Prepared:          2026-09-08T12:00:00Z (12s ago)
+Last reconcile:    success (12s ago)
+
+Events:
+  events.created.handler   timeout=6s
+
+Schedules:
+  jobs.cleanup.handler                  cron="0 3 * * *" (At 03:00) timezone=UTC
+
+Warm:
+  containers:          2 per worker (running now: 1)
+  max_invocations:     1000
+  idle:                10m0s
+  prestart:            false
+
+Stats:
+  Events processed:    12493
+  Handler successes:   12470
+  Handler failures:    23
+  Retries:             17
+  DLQ entries:         2
+
+Environment:
+  MODE=fast
+"""
+    prestarted = WarmRecord(containers=1, max_invocations=50, idle="30s", prestart=True)
+    text = render_function(replace(warm, warm=prestarted), FunctionStats(), NOW)
+    assert "\nWarm:\n  containers:          1 per worker (running now: 0)\n" in text
+    assert "  prestart:            true\n\nStats:\n" in text
+
+
+def test_inspect_a_cold_function_has_no_warm_section():
+    assert "Warm" not in render_function(USER_EVENTS, FunctionStats(STATS, warm_containers=3), NOW)
+
+
 def test_a_cron_without_a_description_is_shown_raw(monkeypatch):
     monkeypatch.setattr(report, "describe_cron", lambda expression: None)
     record = FunctionRecord(name="jobs", runtime="node24", status=PENDING, updated_at=NOW,
                             handlers=(HandlerRecord("jobs.run", "6s", SCHEDULE, "0 3 * * *", "UTC"),))
     assert '  jobs.run                              cron="0 3 * * *" timezone=UTC\n' in render_function(
-        record, Counters(), NOW)
+        record, FunctionStats(), NOW)
 
 
 def test_cron_descriptions_are_24_hour_and_never_fail():
@@ -267,8 +319,12 @@ def test_relative_ages(seconds, text):
 # --- the commands -------------------------------------------------------------------
 
 
+WARM_WELCOME = replace(WELCOME, warm=WarmRecord(containers=2, max_invocations=1000, idle="10m0s", prestart=True))
+
+
 def write_database(path, stats=None):
-    StateDatabase(path).write([WELCOME, USER_EVENTS], stats, {"user-events-python": STATS} if stats else None)
+    per_function = {"user-events-python": FUNCTION_STATS, "welcome-email-node": FunctionStats(warm_containers=2)}
+    StateDatabase(path).write([WARM_WELCOME, USER_EVENTS], stats, per_function if stats else None)
 
 
 def test_commands_in_process(tmp_path, capsys):
@@ -278,7 +334,10 @@ def test_commands_in_process(tmp_path, capsys):
     listing = capsys.readouterr().out
     assert listing.splitlines()[1].startswith("user-events-python    python3.14   ready     3          ")
     assert function_command.run({"ls": False, "<name>": "user-events-python"}, path) == 0
-    assert "  Events processed:    12493\n" in capsys.readouterr().out
+    inspected = capsys.readouterr().out
+    assert "  Events processed:    12493\n" in inspected and "Warm:" not in inspected
+    assert function_command.run({"ls": False, "<name>": "welcome-email-node"}, path) == 0
+    assert "\nWarm:\n  containers:          2 per worker (running now: 2)\n" in capsys.readouterr().out
     assert stats_command.run({}, path) == 0
     assert capsys.readouterr().out.endswith("Updated:             0s ago\n")
 

@@ -22,6 +22,6 @@ def run(args, path=None):
         if record is None:
             raise UnknownFunction(f'{command}: unknown function "{name}": Relay has not loaded it '
                                   f"(state database {reader.path}; 'relay function ls' lists the loaded functions)")
-        return render_function(record, reader.function_counters(name), now())
+        return render_function(record, reader.function_stats(name), now())
 
     return print_report(command, inspect)

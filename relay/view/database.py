@@ -6,10 +6,10 @@ counters. Relay rewrites the whole view whenever it changes (a few rows per
 function, one short transaction), so a database that was deleted, emptied or
 left from another schema is simply rebuilt on the next write.
 
-    functions       one row per loaded function (ready or pending)
+    functions       one row per loaded function (ready or pending), with its warm settings
     handlers        its event rules and schedules, in template order
     stats           one row: the global counters and backlog gauges
-    function_stats  one row per function that has counters
+    function_stats  one row per function that has counters or warm containers
 
 Only the standard library is imported here: ``relay function`` and ``relay
 stats`` read through this module and must start fast.
@@ -19,7 +19,7 @@ import json
 import os
 import sqlite3
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -27,7 +27,7 @@ from relay.config import STATE_DIR
 from relay.errors import StateError, reason
 
 DB_PATH = Path(STATE_DIR) / "db.sqlite3"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: functions.warm, function_stats.warm_containers
 BUSY_TIMEOUT = 2.0  # seconds a reader or the writer waits for the other's lock
 MAX_ERROR_LENGTH = 4000
 
@@ -49,7 +49,8 @@ CREATE TABLE IF NOT EXISTS functions (
     last_error            TEXT,
     updated_at            TEXT NOT NULL,
     env                   TEXT NOT NULL DEFAULT '{}',
-    secrets               TEXT NOT NULL DEFAULT '{}'
+    secrets               TEXT NOT NULL DEFAULT '{}',
+    warm                  TEXT
 );
 CREATE TABLE IF NOT EXISTS handlers (
     function_name TEXT NOT NULL REFERENCES functions (name) ON DELETE CASCADE,
@@ -79,6 +80,7 @@ CREATE TABLE IF NOT EXISTS function_stats (
     handler_failures  INTEGER NOT NULL,
     retries           INTEGER NOT NULL,
     dlq_entries       INTEGER NOT NULL,
+    warm_containers   INTEGER NOT NULL DEFAULT 0,
     updated_at        TEXT NOT NULL
 );
 """
@@ -99,6 +101,16 @@ class HandlerRecord:
 
 
 @dataclass(frozen=True)
+class WarmRecord:
+    """The template's ``warm:`` settings, as ``relay function inspect`` shows them."""
+
+    containers: int               # per worker
+    max_invocations: int
+    idle: str                     # a Go duration, "10m0s"
+    prestart: bool
+
+
+@dataclass(frozen=True)
 class FunctionRecord:
     name: str
     runtime: str
@@ -113,6 +125,7 @@ class FunctionRecord:
     env: dict = field(default_factory=dict)
     secrets: dict = field(default_factory=dict)   # variable -> secret name, never a value
     handlers: tuple = ()
+    warm: WarmRecord | None = None  # None: a new container per invocation
 
     @property
     def events(self):
@@ -130,6 +143,14 @@ class Counters:
     handler_failures: int = 0
     retries: int = 0
     dlq_entries: int = 0
+
+
+@dataclass(frozen=True)
+class FunctionStats:
+    """One function's latest snapshot: its counters, and the warm containers this worker had then."""
+
+    counters: Counters = Counters()
+    warm_containers: int = 0
 
 
 @dataclass(frozen=True)
@@ -183,8 +204,8 @@ class StateDatabase:
         """One transaction: the function view when *functions* is given (or the file
         is new or empty, then *view*), and the stats snapshot when *stats* is given.
 
-        *function_stats* maps function name -> Counters. Returns whether the
-        function view was written.
+        *function_stats* maps function name -> FunctionStats. Returns whether
+        the function view was written.
         """
         try:
             connection, fresh = self._open()
@@ -270,11 +291,12 @@ def _write_functions(connection, records):
     connection.execute("DELETE FROM functions")
     connection.executemany(
         "INSERT INTO functions (name, runtime, status, image, fingerprint, prepared_at, last_reconcile_at, "
-        "last_reconcile_status, last_error, updated_at, env, secrets) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        "last_reconcile_status, last_error, updated_at, env, secrets, warm) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
         [(record.name, record.runtime, record.status, record.image, record.fingerprint,
           rfc3339(record.prepared_at), rfc3339(record.last_reconcile_at), record.last_reconcile_status,
           _bounded(record.last_error), rfc3339(record.updated_at), json.dumps(dict(record.env)),
-          json.dumps(dict(record.secrets))) for record in records])
+          json.dumps(dict(record.secrets)), _warm_json(record.warm)) for record in records])
     rows = []
     for record in records:
         for kind in (EVENT, SCHEDULE):
@@ -294,13 +316,19 @@ def _write_stats(connection, stats, function_stats):
         (*_counter_values(counters), stats.pending_entries, stats.oldest_pending_age_seconds, stamp))
     connection.execute("DELETE FROM function_stats")
     connection.executemany(
-        f"INSERT INTO function_stats (function_name, {', '.join(_COUNTER_COLUMNS)}, updated_at) "
-        "VALUES (?, ?, ?, ?, ?, ?, ?)",
-        [(name, *_counter_values(values), stamp) for name, values in sorted(function_stats.items())])
+        f"INSERT INTO function_stats (function_name, {', '.join(_COUNTER_COLUMNS)}, warm_containers, updated_at) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+        [(name, *_counter_values(values.counters), values.warm_containers, stamp)
+         for name, values in sorted(function_stats.items())])
 
 
 def _counter_values(counters):
     return tuple(getattr(counters, column) for column in _COUNTER_COLUMNS)
+
+
+def _warm_json(warm):
+    """{"containers": 2, "max_invocations": 1000, "idle": "10m0s", "prestart": false}, or None (SQL NULL)."""
+    return None if warm is None else json.dumps(asdict(warm))
 
 
 def _bounded(text):
@@ -330,6 +358,14 @@ class StateReader:
                 "SELECT * FROM handlers ORDER BY function_name, kind = 'schedule', position").fetchall())
         return [_function(row, handlers.get(row["name"], ())) for row in rows]
 
+    def function_names(self):
+        """The names of the functions, from a database of any schema version (the names of the
+        previous run survive an upgrade: the startup image GC needs them before the file is rebuilt)."""
+        with _ReadConnection(self.path, any_version=True) as connection:
+            if connection is None:
+                return set()
+            return {row["name"] for row in connection.execute("SELECT name FROM functions")}
+
     def function(self, name):
         """One function, or None."""
         with self._connect() as connection:
@@ -342,12 +378,15 @@ class StateReader:
                                           "ORDER BY kind = 'schedule', position", (name,)).fetchall()
         return _function(row, _handlers_by_function(handlers).get(name, ()))
 
-    def function_counters(self, name):
-        """The latest persisted counters of one function; zeros when it has none yet."""
+    def function_stats(self, name):
+        """The latest persisted FunctionStats of one function; zeros when it has none yet."""
         with self._connect() as connection:
             row = None if connection is None else connection.execute(
                 "SELECT * FROM function_stats WHERE function_name = ?", (name,)).fetchone()
-        return Counters() if row is None else Counters(*(row[column] for column in _COUNTER_COLUMNS))
+        if row is None:
+            return FunctionStats()
+        return FunctionStats(counters=Counters(*(row[column] for column in _COUNTER_COLUMNS)),
+                             warm_containers=row["warm_containers"])
 
     def stats(self):
         with self._connect() as connection:
@@ -364,10 +403,14 @@ class StateReader:
 
 
 class _ReadConnection:
-    """A context manager yielding a read-only connection, or None for a missing file."""
+    """A context manager yielding a read-only connection, or None for a missing file.
 
-    def __init__(self, path):
+    A database of another schema version raises StateError unless *any_version*.
+    """
+
+    def __init__(self, path, *, any_version=False):
         self.path = path
+        self.any_version = any_version
         self.connection = None
 
     def __enter__(self):
@@ -378,6 +421,7 @@ class _ReadConnection:
                                               timeout=BUSY_TIMEOUT)
             self.connection.row_factory = sqlite3.Row
             tables = {row[0] for row in self.connection.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+            version = self.connection.execute("PRAGMA user_version").fetchone()[0]
         except sqlite3.Error as error:
             self.__exit__(None, None, None)
             raise StateError(f"cannot read the state database {self.path}: {reason(error, strerror=False)}") from None
@@ -386,6 +430,11 @@ class _ReadConnection:
         if not tables.issuperset(_TABLES):
             self.__exit__(None, None, None)
             raise StateError(f"{self.path} is not a Relay state database (tables: {', '.join(sorted(tables))})")
+        if version != SCHEMA_VERSION and not self.any_version:
+            # A Relay of another version wrote it (an upgrade before the restart, say): its columns differ.
+            self.__exit__(None, None, None)
+            raise StateError(f"{self.path} has schema version {version} and this Relay reads version "
+                             f"{SCHEMA_VERSION}; it is rebuilt when this version of Relay starts")
         return self.connection
 
     def __exit__(self, kind, error, traceback):
@@ -412,4 +461,5 @@ def _function(row, handlers):
         fingerprint=row["fingerprint"], prepared_at=parse_time(row["prepared_at"]),
         last_reconcile_at=parse_time(row["last_reconcile_at"]), last_reconcile_status=row["last_reconcile_status"],
         last_error=row["last_error"], updated_at=parse_time(row["updated_at"]), env=json.loads(row["env"]),
-        secrets=json.loads(row["secrets"]), handlers=handlers)
+        secrets=json.loads(row["secrets"]), handlers=handlers,
+        warm=None if row["warm"] is None else WarmRecord(**json.loads(row["warm"])))

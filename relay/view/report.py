@@ -61,7 +61,8 @@ def render_function_list(records, now):
     return "".join(line.rstrip() + "\n" for line in lines)
 
 
-def render_function(record, counters, now):
+def render_function(record, stats, now):
+    """``relay function inspect``: *record* (FunctionRecord) with its FunctionStats."""
     lines = [_field("Name:", record.name), _field("Runtime:", record.runtime), _field("Status:", record.status)]
     if record.image:
         lines.append(_field("Image:", record.image))
@@ -84,7 +85,9 @@ def render_function(record, counters, now):
     if record.schedules:
         width = max(_SCHEDULE_WIDTH, *(len(item.handler) + 3 for item in record.schedules))
         sections.append(("Schedules:", [f"{item.handler:<{width}}{_schedule(item)}" for item in record.schedules]))
-    sections.append(("Stats:", [f"{label:<{STATS_LABEL_WIDTH}}{getattr(counters, column)}"
+    if record.warm:
+        sections.append(("Warm:", _warm(record.warm, stats.warm_containers)))
+    sections.append(("Stats:", [f"{label:<{STATS_LABEL_WIDTH}}{getattr(stats.counters, column)}"
                                 for label, column in _COUNTER_LABELS]))
     if record.env:
         sections.append(("Environment:", [f"{key}={value}" for key, value in record.env.items()]))
@@ -127,6 +130,14 @@ def describe_cron(expression):
         return ExpressionDescriptor(expression, options).get_description() or None
     except Exception:  # display only: any failure means "no description", never a failed inspect
         return None
+
+
+def _warm(warm, running):
+    """The Warm section's lines: the template's keys, so they read like its ``warm:``."""
+    values = (("containers:", f"{warm.containers} per worker (running now: {running})"),
+              ("max_invocations:", warm.max_invocations), ("idle:", warm.idle),
+              ("prestart:", "true" if warm.prestart else "false"))
+    return [f"{label:<{STATS_LABEL_WIDTH}}{value}" for label, value in values]
 
 
 def _schedule(item):

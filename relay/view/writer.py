@@ -4,7 +4,8 @@ The reconciler hands over the status of every function whenever one
 changes (``functions_changed``, which turns them into rows with
 ``function_record``, stores them and wakes the loop);
 the loop writes it, and every 5 s it writes the absolute snapshot of the
-counters read from the Prometheus registry, the single source of them.
+counters (and of the warm_containers gauge) read from the Prometheus
+registry, the single source of them.
 On a graceful shutdown ``final_flush`` writes both once more, bounded in
 time; a hard crash loses at most one interval of counters.
 
@@ -34,9 +35,11 @@ from relay.view.database import (
     SUCCESS,
     Counters,
     FunctionRecord,
+    FunctionStats,
     HandlerRecord,
     StateReader,
     Stats,
+    WarmRecord,
     now,
 )
 
@@ -142,11 +145,23 @@ def function_record(status):
         updated_at=status.updated_at, image=status.image,
         fingerprint=function.fingerprint if status.ready else None, prepared_at=status.prepared_at,
         last_reconcile_at=status.last_reconcile_at, last_reconcile_status=_OUTCOMES[status.last_outcome],
-        last_error=status.last_error, env=dict(template.env), secrets=dict(template.secrets), handlers=handlers)
+        last_error=status.last_error, env=dict(template.env), secrets=dict(template.secrets), handlers=handlers,
+        warm=_warm_record(template.warm))
+
+
+def _warm_record(warm):
+    if warm is None:
+        return None
+    return WarmRecord(containers=warm.containers, max_invocations=warm.max_invocations,
+                      idle=format_duration(warm.idle), prestart=warm.prestart)
 
 
 def stats_snapshot(metrics, moment):
-    """(Stats, {function: Counters}) from the registry, as absolute values."""
+    """(Stats, {function: FunctionStats}) from the registry, as absolute values.
+
+    A function appears once it has a counter or a warm_containers gauge, so
+    warm containers prestarted before any event still have their number.
+    """
     counters = Counters(**{field: int(_value(getattr(metrics, name))) for name, field in _GLOBAL})
     stats = Stats(counters=counters, pending_entries=int(_value(metrics.pending_entries)),
                   oldest_pending_age_seconds=float(_value(metrics.pending_oldest_age)), updated_at=moment)
@@ -154,7 +169,10 @@ def stats_snapshot(metrics, moment):
     for name, field in _PER_FUNCTION:
         for function, value in _by_function(getattr(metrics, name)):
             per_function.setdefault(function, {})[field] = int(value)
-    return stats, {function: Counters(**values) for function, values in per_function.items()}
+    warm = {function: int(value) for function, value in _by_function(metrics.warm_containers)}
+    return stats, {function: FunctionStats(counters=Counters(**per_function.get(function, {})),
+                                           warm_containers=warm.get(function, 0))
+                   for function in per_function.keys() | warm.keys()}
 
 
 def _value(metric):
@@ -167,16 +185,17 @@ def _value(metric):
 
 
 def _by_function(metric):
+    """(function, value) of a counter or gauge labelled by function."""
     for family in metric.collect():
         for sample in family.samples:
-            if sample.name == family.name + "_total":
+            if sample.name in (family.name, family.name + "_total"):
                 yield sample.labels["function"], sample.value
 
 
 def previous_functions(path):
     """The function names an earlier run left in the state database (for the startup image GC)."""
     try:
-        return {record.name for record in StateReader(path).functions()}
+        return StateReader(path).function_names()
     except StateError as error:
         log.debug("No function names from the previous run", extra={"error": str(error)})
         return set()
