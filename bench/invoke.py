@@ -1,7 +1,7 @@
-"""A no-op Python invocation through Relay's executor, against a bare docker-py
-loop running the same image with the same limits.
+"""A no-op Python invocation through Relay's executor, cold and warm, against
+bare docker-py loops running the same image with the same limits.
 
-    .venv/bin/python bench/invoke.py [--invocations 60] [--keep-image]
+    .venv/bin/python bench/invoke.py [--invocations 60] [--warm-invocations 600] [--keep-image]
 
 Both run under gevent with the standard library patched, as ``relay start``
 does, at concurrency 1 and 4 (greenlets sharing one client), interleaved in
@@ -11,8 +11,15 @@ start, start, the event on stdin, drain the output, read the exit code. The
 executor adds the rest: labels and env, the hardened host config, output
 forwarding, deadlines, error handling, leases and logging.
 
-Prints p50/p95 latency and throughput of both and their ratios.
-Targets: p50 ratio <= 1.10; throughput at concurrency 4 >= 0.90 of the bare loop.
+Warm (issue #19): the executor with ``warm:`` (as many containers as the
+concurrency), against a bare warm loop: the same image running a minimal
+resident reader (one line in, one line out), one container per greenlet,
+driven over its attach socket by hand, one request at a time.
+
+Prints p50/p95 latency and throughput of each and their ratios.
+Targets: cold p50 ratio <= 1.10 and throughput at concurrency 4 >= 0.90 of
+the bare cold loop (#4); warm p50 <= 0.05 of the bare cold loop's and warm
+throughput at concurrency 4 >= 0.70 of the bare warm loop's (#19).
 Exits 1 when a target is missed. ``--json PATH`` appends the figures for
 bench/run_all.py (see bench/report.py).
 """
@@ -33,6 +40,7 @@ from pathlib import Path  # noqa: E402
 
 import docker  # noqa: E402
 import gevent  # noqa: E402
+from gevent.queue import Queue  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -40,6 +48,7 @@ import report  # noqa: E402
 
 from relay.durations import SECOND  # noqa: E402
 from relay.functions import load_function  # noqa: E402
+from relay.functions.template import Warm  # noqa: E402
 from relay.runtime.containers import USER, host_config  # noqa: E402
 from relay.runtime.executor import Executor  # noqa: E402
 from relay.runtime.images import ImageBuilder  # noqa: E402
@@ -50,7 +59,8 @@ HANDLER = "handler.handler"
 PAYLOAD = b'{"event_id":"evt_1","event_name":"INSERT","table_name":"users","new_image":{"id":"user_1"}}'
 TEMPLATE = "runtime: python3.14\nevents:\n  - handler: handler.handler\n    pattern:\n      event_name: [INSERT]\n"
 # Read by bench/run_all.py without importing this file.
-QUICK_ARGS = ["--invocations", "8", "--rounds", "2"]
+QUICK_ARGS = ["--invocations", "8", "--warm-invocations", "80", "--rounds", "2"]
+RESIDENT_READER = "import sys\nfor line in sys.stdin:\n    sys.stdout.write('ok\\n')\n"
 
 
 def build_image(client, directory):
@@ -61,17 +71,51 @@ def build_image(client, directory):
     return ImageBuilder(client).prepare(load_function(function_dir))
 
 
-def relay_runner(client, image, hostname):
-    executor = Executor(client, hostname, io.StringIO(), leases=ImageLeases())
-
+def relay_runner(executor, image, warm=None):
     def run():
         outcome = executor.run(Invocation(function="relay-bench-noop", handler=HANDLER, image=image,
                                           payload=PAYLOAD, timeout=30 * SECOND, env={"API_URL": "http://x"},
-                                          message_id="1700000000000-0", event_id="evt_1", event_name="INSERT"))
+                                          message_id="1700000000000-0", event_id="evt_1", event_name="INSERT",
+                                          warm=warm))
         if not outcome.ok:
             raise SystemExit(f"relay invocation failed: {outcome.error}")
 
     return run
+
+
+class BareWarm:
+    """Resident readers in the image, each answering one line per line, taken one request at a time."""
+
+    def __init__(self, client, image, count):
+        api = self.api = client.api
+        limits = host_config(api)
+        self.containers, self.idle = [], Queue()
+        for _ in range(count):
+            container = api.create_container(image, stdin_open=True, user=USER, host_config=limits,
+                                             entrypoint=["python", "-u", "-c", RESIDENT_READER],
+                                             labels={"relay.bench.warm": "1"})["Id"]
+            handle = api.attach_socket(container, params={"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1})
+            api.start(container)
+            self.containers.append((container, handle))
+            self.idle.put(handle._sock)
+
+    def run(self):
+        sock = self.idle.get()
+        try:
+            sock.sendall(PAYLOAD + b"\n")
+            received = b""
+            while b"ok\n" not in received:   # 8-byte frame headers, then the answer
+                data = sock.recv(65536)
+                if not data:
+                    raise SystemExit("the bare warm reader exited")
+                received += data
+        finally:
+            self.idle.put(sock)
+
+    def close(self):
+        for container, handle in self.containers:
+            handle.close()
+            self.api.remove_container(container, force=True)
 
 
 def bare_runner(client, image):
@@ -123,6 +167,8 @@ def percentile(values, fraction):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--invocations", type=int, default=60, help="per runner and concurrency (default 60)")
+    parser.add_argument("--warm-invocations", type=int, default=600,
+                        help="per warm runner and concurrency (default 600)")
     parser.add_argument("--rounds", type=int, default=4, help="interleaved rounds per measurement (default 4)")
     parser.add_argument("--keep-image", action="store_true", help="leave the benchmark image on the engine")
     report.add_option(parser)
@@ -135,39 +181,54 @@ def main():
     # A created, never started container keeps the image from being garbage
     # collected by another Relay on this engine while the benchmark runs.
     pin = client.api.create_container(image, command=["true"], labels={"relay.bench.pin": "1"})["Id"]
-    runners = {"relay": relay_runner(client, image, hostname), "bare": bare_runner(client, image)}
+    executor = Executor(client, hostname, io.StringIO(), leases=ImageLeases(), warm_capacity=4)
+    bare_warm = BareWarm(client, image, 4)
+    runners = {"relay": relay_runner(executor, image), "bare": bare_runner(client, image),
+               "warm": relay_runner(executor, image, Warm(containers=4)), "bwarm": bare_warm.run}
+    counts = {"relay": options.invocations, "bare": options.invocations, "warm": options.warm_invocations,
+              "bwarm": options.warm_invocations}
     verdicts = []
     reported = []
     try:
-        for run in runners.values():  # warm caches and pooled connections
-            measure(run, 3, 1)
-        print(f"no-op python invocation of {image}; {options.invocations} per runner and concurrency, "
-              f"{options.rounds} interleaved rounds; gevent, docker {client.version()['Version']}, "
-              f"{os.cpu_count()} CPUs")
+        for run in runners.values():  # warm caches, pooled connections and the warm containers
+            measure(run, 4, 4)
+        print(f"no-op python invocation of {image}; {options.invocations} per cold runner and "
+              f"{options.warm_invocations} per warm runner and concurrency, {options.rounds} interleaved rounds; "
+              f"gevent, docker {client.version()['Version']}, {os.cpu_count()} CPUs")
         print(f"{'concurrency':>11} {'runner':>6} {'p50 ms':>8} {'p95 ms':>8} {'per s':>7}")
         for concurrency in (1, 4):
             results = {name: ([], 0.0) for name in runners}
-            per_round = max(1, options.invocations // options.rounds)
             for _ in range(options.rounds):
                 for name, run in runners.items():
-                    latencies, wall = measure(run, per_round, concurrency)
+                    latencies, wall = measure(run, max(1, counts[name] // options.rounds), concurrency)
                     results[name] = (results[name][0] + latencies, results[name][1] + wall)
             figures = {}
             for name, (latencies, wall) in results.items():
                 figures[name] = (statistics.median(latencies), percentile(latencies, 0.95), len(latencies) / wall)
                 p50, p95, rate = figures[name]
-                print(f"{concurrency:>11} {name:>6} {p50 * 1000:>8.1f} {p95 * 1000:>8.1f} {rate:>7.2f}")
-            relay, bare = figures["relay"], figures["bare"]
-            ratios = (relay[0] / bare[0], relay[1] / bare[1], relay[2] / bare[2])
+                print(f"{concurrency:>11} {name:>6} {p50 * 1000:>8.1f} {p95 * 1000:>8.2f} {rate:>7.2f}")
+            relay, bare, warm, bwarm = (figures[name] for name in ("relay", "bare", "warm", "bwarm"))
+            ratios = tuple(relay[index] / bare[index] for index in range(3))
             print(f"{concurrency:>11} {'ratio':>6} {ratios[0]:>8.3f} {ratios[1]:>8.3f} {ratios[2]:>7.3f}")
+            warm_p50 = warm[0] / bare[0]
+            warm_rate = warm[2] / bwarm[2]
+            print(f"{concurrency:>11} {'warm':>6} p50 {warm_p50:.4f} of the bare cold loop's; "
+                  f"throughput {warm_rate:.3f} of the bare warm loop's, {warm[2] / relay[2]:.1f}x Relay cold")
             verdicts.append((f"p50 ratio at concurrency {concurrency} <= 1.10", ratios[0] <= 1.10))
+            verdicts.append((f"warm p50 at concurrency {concurrency} <= 0.05 of the bare cold loop's",
+                             warm_p50 <= 0.05))
             if concurrency == 4:
                 verdicts.append(("throughput ratio at concurrency 4 >= 0.90", ratios[2] >= 0.90))
+                verdicts.append(("warm throughput at concurrency 4 >= 0.70 of the bare warm loop's",
+                                 warm_rate >= 0.70))
             reported.extend(results_of(concurrency, relay, bare, ratios))
+            reported.extend(warm_results_of(concurrency, warm, bare, bwarm))
         for text, passed in verdicts:
             print(f"target {text}: {'met' if passed else 'MISSED'}")
         report.write(options.json, reported)
     finally:
+        executor.warm.close()
+        bare_warm.close()
         client.api.remove_container(pin, force=True)
         leftovers = client.api.containers(all=True, filters={"label": f"relay.hostname={hostname}"})
         if leftovers:
@@ -189,6 +250,25 @@ def results_of(concurrency, relay, bare, ratios):
         results.append(result("throughput", 2, "invocations/s", "ratio >= 0.90 (#4)", ratios[2] >= 0.90))
     else:
         results.append(result("throughput", 2, "invocations/s"))
+    return results
+
+
+def warm_results_of(concurrency, warm, bare, bwarm):
+    """The warm figures at *concurrency*, with issue #19's targets."""
+    def result(figure, value, unit, baseline, baseline_name, target="", met=None):
+        return report.Result("invoke.py", f"warm {figure}, concurrency {concurrency}", value, unit, baseline,
+                             baseline_name, value / baseline, target, met)
+
+    p50 = warm[0] / bare[0]
+    results = [result("p50 latency", warm[0] * 1000, "ms", bare[0] * 1000, "bare cold docker-py loop",
+                      "ratio <= 0.05 (#19)", p50 <= 0.05),
+               result("p95 latency", warm[1] * 1000, "ms", bwarm[1] * 1000, "bare warm loop")]
+    rate = warm[2] / bwarm[2]
+    if concurrency == 4:
+        results.append(result("throughput", warm[2], "invocations/s", bwarm[2], "bare warm loop",
+                              "ratio >= 0.70 (#19)", rate >= 0.70))
+    else:
+        results.append(result("throughput", warm[2], "invocations/s", bwarm[2], "bare warm loop"))
     return results
 
 

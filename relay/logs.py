@@ -51,7 +51,7 @@ def quote(value):
     if value is True or value is False:
         return "true" if value else "false"
     text = str(value)
-    if text and all(char > " " and char not in '="' and char.isprintable() for char in text):
+    if text and text.isprintable() and " " not in text and "=" not in text and '"' not in text:
         return text
     return f'"{escape(text)}"'
 
@@ -59,6 +59,8 @@ def quote(value):
 def escape(text):
     """*text* safe between double quotes on one line: quotes, backslashes, control
     characters, line separators and lone surrogates become Go-style escapes."""
+    if text.isprintable() and '"' not in text and "\\" not in text:
+        return text   # the usual case, and every character the loop below would keep as it is
     return "".join(_escape(char) for char in text)
 
 

@@ -65,11 +65,11 @@ class Executor:
         return self._host_configs[network]
 
     def run(self, invocation):
-        started = time.monotonic()
-        with self._leases.lease(invocation.image) if self._leases is not None else nullcontext():
-            if invocation.warm is not None:
-                outcome = self.warm.run(invocation)
-            else:
+        if invocation.warm is not None:
+            outcome = self.warm.run(invocation)   # its container holds the image's lease
+        else:
+            started = time.monotonic()
+            with self._leases.lease(invocation.image) if self._leases is not None else nullcontext():
                 outcome = _Execution(self, invocation, started).run()
         _log_outcome(invocation, outcome)
         return outcome
@@ -172,6 +172,8 @@ class _Execution:
 
 
 def _log_outcome(invocation, outcome):
+    if outcome.ok and not log.isEnabledFor(logging.DEBUG):
+        return
     attributes = {**_attributes(invocation), "duration": round(outcome.duration, 3), "exit_code": outcome.exit_code}
     if outcome.timed_out:
         log.warning("Handler timed out; its container was killed", extra=attributes)

@@ -217,10 +217,11 @@ class WarmContainer:
             raise
 
     def _forward_idle_output(self):
-        self._sock.settimeout(0.0)
+        raw = getattr(self._sock, "_sock", self._sock)   # gevent's socket wraps a non-blocking one
+        raw.setblocking(False)
         while True:
             try:
-                data = self._sock.recv(65536)
+                data = raw.recv(65536)
             except (BlockingIOError, InterruptedError, TimeoutError):
                 break
             if not data:
