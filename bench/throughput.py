@@ -1,6 +1,6 @@
 """Stream throughput of Relay's consumer against minimal baselines, in one run.
 
-    .venv/bin/python bench/throughput.py [--entries 20000] [--matched 40] [--rounds 4]
+    .venv/bin/python bench/throughput.py [--entries 20000] [--matched 40] [--warm 2000] [--rounds 4]
 
 1. Entries that match no rule: Relay's consumer path (XREADGROUP, decode,
    match against the example functions, XACK) next to a minimal redis-py
@@ -11,6 +11,10 @@
    containers): Relay's whole path (dispatch, invocation state, container,
    ack) next to the bare docker-py container loop of bench/invoke.py at
    concurrency 4. Target >= 0.9.
+3. Entries that match a no-op Python handler at MAX_CONCURRENCY 8 and
+   ``concurrency: 8``, warm (``warm: {containers: 8}``) against the same
+   function cold, both through Relay's whole path (issue #19). Target: warm
+   >= 25 times the cold entries/s; the warm figure is in the table too.
 
 Each path runs baseline and Relay in ``--rounds`` alternating rounds (ABBA:
 the baseline first in even rounds, Relay first in odd ones) over the same
@@ -30,21 +34,18 @@ monkey.patch_all()
 import argparse  # noqa: E402
 import json  # noqa: E402
 import os  # noqa: E402
-import shutil  # noqa: E402
-import socket  # noqa: E402
-import subprocess  # noqa: E402
 import sys  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import gevent  # noqa: E402
-import redis  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 import report  # noqa: E402
+from _redis import start_redis  # noqa: E402
 
 from relay.functions import load_function  # noqa: E402
 from relay.live.catalog import Catalog  # noqa: E402
@@ -58,26 +59,10 @@ STREAM = "bench"
 BATCH = 16
 CONCURRENCY = 4     # MAX_CONCURRENCY, the function's concurrency and the bare loop's
 # Read by bench/run_all.py without importing this file.
-QUICK_ARGS = ["--entries", "2000", "--matched", "8", "--rounds", "2"]
+QUICK_ARGS = ["--entries", "2000", "--matched", "8", "--warm", "400", "--rounds", "2"]
+WARM_CONCURRENCY = 8  # MAX_CONCURRENCY, the function's concurrency and its warm containers
 UNMATCHED = json.dumps({"event_id": "evt", "event_name": "INSERT", "table_name": "orders",
                         "new_image": {"id": "order_1", "total": 42, "note": "x" * 600}})
-
-
-def start_redis(directory):
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    binary = shutil.which("redis-server") or sys.exit("redis-server is not installed: run scripts/setup")
-    process = subprocess.Popen([binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly",
-                                "no", "--dir", directory], stdout=subprocess.DEVNULL)
-    client = redis.Redis(port=port)
-    for _ in range(200):
-        try:
-            client.ping()
-            return process, client
-        except redis.ConnectionError:
-            time.sleep(0.02)
-    sys.exit("redis-server did not start")
 
 
 def fill(client, count):
@@ -156,14 +141,21 @@ def alternate(baseline, relay, rounds):
     return totals[baseline], totals[relay], ratios
 
 
-def matched_loop(client, docker_client, image, count, concurrency):
-    """Relay's whole path for *count* entries that each match one no-op handler; returns seconds."""
+def matched_loop(client, docker_client, image, count, concurrency, warm=None, executor=None):
+    """Relay's whole path for *count* entries that each match one no-op handler; returns seconds.
+
+    With *warm* (a Warm), the function runs warm at *concurrency*, on *executor* (kept between
+    rounds, so its containers are started once)."""
     import io
+    from dataclasses import replace
 
     from relay.live.catalog import ActiveFunction
     from relay.runtime.executor import Executor
 
     function = load_function(Path(image.directory))
+    if warm is not None:
+        function = replace(function, template=replace(function.template, concurrency=concurrency, warm=warm))
+    executor = executor or Executor(docker_client, f"relay-bench-{os.getpid()}", io.StringIO())
     metrics = Metrics()
     catalog = Catalog([ActiveFunction(function, image=image.tag)])
     client.delete(STREAM)
@@ -171,7 +163,7 @@ def matched_loop(client, docker_client, image, count, concurrency):
         client.xadd(STREAM, {"event": json.dumps({"event_name": "INSERT", "n": number})})
     ensure_group(client, STREAM, "matched")
     consumer = build_engine(client, StreamAddress(STREAM, "matched", "bench"), catalog=catalog,
-                            executor=Executor(docker_client, f"relay-bench-{os.getpid()}", io.StringIO()),
+                            executor=executor,
                             environment=lambda fn: dict(fn.template.env), leases=ImageLeases(), metrics=metrics,
                             max_concurrency=concurrency, max_buffered_events=BATCH, block_ms=200).consumer
     began = time.perf_counter()
@@ -211,6 +203,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--entries", type=int, default=20000, help="entries for the unmatched path, in all")
     parser.add_argument("--matched", type=int, default=40, help="entries per round for the matched path")
+    parser.add_argument("--warm", type=int, default=2000, help="entries per round for the warm path (0: skip it)")
     parser.add_argument("--rounds", type=int, default=4, help="alternating rounds of each path (ABBA order)")
     report.add_option(parser)
     options = parser.parse_args()
@@ -248,7 +241,6 @@ def main():
                 bare_seconds, relay_seconds, ratios = alternate(
                     lambda: bare_containers(docker_client, image, options.matched, CONCURRENCY),
                     lambda: matched_loop(client, docker_client, image, options.matched, CONCURRENCY), options.rounds)
-                docker_client.api.remove_image(image.tag, force=True)
                 entries = options.matched * options.rounds
                 bare_rate, relay_rate = entries / bare_seconds, entries / relay_seconds
                 ratio = relay_rate / bare_rate
@@ -260,10 +252,44 @@ def main():
                 figure = f"entries matching a no-op handler, concurrency {CONCURRENCY}"
                 results.append(report.Result("throughput.py", figure, relay_rate, "entries/s", bare_rate,
                                              "bare docker-py loop", ratio, "ratio >= 0.9 (#5)", ratio >= 0.9))
+                if options.warm:
+                    results += warm_path(client, docker_client, image, options)
+                docker_client.api.remove_image(image.tag, force=True)
             report.write(options.json, results)
         finally:
             process.terminate()
             process.wait()
+
+
+def warm_path(client, docker_client, image, options):
+    """Warm against cold, both end to end at MAX_CONCURRENCY and concurrency WARM_CONCURRENCY."""
+    import io
+
+    from relay.functions.template import Warm
+    from relay.runtime.executor import Executor
+
+    warm = Warm(containers=WARM_CONCURRENCY)
+    executor = Executor(docker_client, f"relay-bench-{os.getpid()}", io.StringIO(), warm_capacity=WARM_CONCURRENCY)
+    try:
+        matched_loop(client, docker_client, image, WARM_CONCURRENCY, WARM_CONCURRENCY, warm, executor)  # start them
+        cold_seconds, warm_seconds, ratios = alternate(
+            lambda: matched_loop(client, docker_client, image, options.matched, WARM_CONCURRENCY) *
+            options.warm / options.matched,
+            lambda: matched_loop(client, docker_client, image, options.warm, WARM_CONCURRENCY, warm, executor),
+            options.rounds)
+    finally:
+        executor.warm.close()
+    entries = options.warm * options.rounds
+    cold_rate, warm_rate = entries / cold_seconds, entries / warm_seconds
+    ratio = warm_rate / cold_rate
+    print(f"entries matching a no-op python handler at concurrency {WARM_CONCURRENCY}, warm ({options.rounds} rounds "
+          f"of {options.warm}) and cold ({options.matched} a round)")
+    print(f"{'Relay, cold':<26}{cold_rate:>10.2f} entries/s")
+    print(f"{'Relay, warm':<26}{warm_rate:>10.2f} entries/s")
+    print(f"ratio warm/cold: {ratio:.1f}  (target >= 25; per round {_listed(ratios)})")
+    figure = f"entries matching a warm no-op handler, concurrency {WARM_CONCURRENCY}"
+    return [report.Result("throughput.py", figure, warm_rate, "entries/s", cold_rate, "the same function cold",
+                          ratio, "ratio >= 25 (#19)", ratio >= 25)]
 
 
 def _listed(ratios):
