@@ -24,6 +24,7 @@ the prefix of the invocation that ran last, before the next one starts.
 import logging
 import socket
 import time
+from typing import Any
 
 from relay.errors import ContainerExited, DeadlineExceeded, ExecutionError, ProtocolBreak
 from relay.runtime import protocol
@@ -62,7 +63,7 @@ class MarkedLines:
     def feed(self, data):
         data = self._carry + data if self._carry else data
         self._carry = b""
-        found = []
+        found: list[bytes] = []
         while (at := data.find(MARKER)) >= 0:
             self.lines.feed(data[:at])
             self.lines.close()
@@ -105,7 +106,9 @@ class WarmContainer:
         self._output = output
         self._leftovers = leftovers
         self._prefix = ""
-        self._handle = self._sock = self._wait = None
+        self._handle: Any = None   # docker-py's attach handle, its socket, the registered wait's response
+        self._sock: Any = None
+        self._wait: Any = None
         self._frames = Frames()
         self._streams = {STDOUT: MarkedLines(Lines(self._write)), STDERR: MarkedLines(Lines(self._write))}
         self._seq = 0

@@ -298,7 +298,7 @@ class WarmPool:
     def containers(self):
         """How many warm containers each function has now (started, starting or running)."""
         with self._lock:
-            counts = {}
+            counts: dict[str, int] = {}
             for version, count in self._members.items():
                 counts[version.function] = counts.get(version.function, 0) + count
             return counts

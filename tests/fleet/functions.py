@@ -4,6 +4,10 @@ Every handler prints one mark line per execution, ``FLEET-MARK <function>
 <seq> <outcome>``; Relay forwards it prefixed with the message id, so the
 verdict can count executions per entry from the workers' output alone.
 
+fleet-py (Python) and fleet-node (Node) run warm: reused containers, replaced
+every 200 invocations (fleet-py) or after 20 s idle (fleet-node); the rest
+run a new container per invocation.
+
 kind     functions that run                 ends
 ok       fleet-py (+ fleet-node if eu)      acked
 flaky    the above + fleet-flaky            acked, or DLQ if 3 random failures in a row
@@ -30,6 +34,9 @@ def mark(event, outcome):
 FUNCTIONS = {
     "fleet-py": {
         "template.yaml": """runtime: python3.14
+warm:
+  containers: 2
+  max_invocations: 200
 events:
   - handler: handler.record
     pattern:
@@ -45,6 +52,9 @@ def record(event):
     },
     "fleet-node": {
         "template.yaml": """runtime: node24
+warm:
+  containers: 1
+  idle: 20s
 events:
   - handler: handler.record
     pattern:
