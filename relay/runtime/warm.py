@@ -38,6 +38,7 @@ from relay.runtime.containers import (
     remove_container,
 )
 from relay.runtime.output import STDERR, STDOUT, Frames, Lines
+from relay.runtime.sweep import UNCONFIRMED_CREATE_GRACE
 
 log = logging.getLogger("relay.runtime.warm")
 
@@ -268,7 +269,11 @@ class WarmContainer:
             if not gone and self._leftovers is not None:
                 self._leftovers.add(self.container_id, context)
         else:
-            gone = remove_container(self.api, self.name, context)   # a create the engine may have done
+            # The create may have happened without its answer (an engine going down), or land later:
+            # look for the name again until the grace is over, as the cold executor does.
+            gone = remove_container(self.api, self.name, context)
+            if self._leftovers is not None:
+                self._leftovers.add(self.name, context, grace=UNCONFIRMED_CREATE_GRACE)
         if self._sock is not None:
             try:
                 self._sock.shutdown(socket.SHUT_RDWR)
