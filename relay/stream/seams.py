@@ -16,6 +16,8 @@ from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
+    from redis.client import Pipeline
+
     from relay.functions import Function
     from relay.functions.rules import Rules
     from relay.runtime.invocation import Invocation, Outcome
@@ -58,6 +60,10 @@ class Settler(Protocol):
     def settle(self, plan: Plan, settlement: Settlement) -> bool: ...
 
     def settle_unmatched(self, message_ids: list[str]) -> bool: ...
+
+    def queue_unmatched(self, pipe: Pipeline, message_ids: list[str]) -> None: ...
+
+    def unmatched_acknowledged(self, message_ids: list[str], reply: object) -> bool: ...
 
 
 class Slots(Protocol):

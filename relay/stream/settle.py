@@ -51,6 +51,26 @@ class Settler:
             self.observer.settled(UNMATCHED, len(message_ids))
         return done
 
+    def queue_unmatched(self, pipe: redis.client.Pipeline, message_ids: list[str]) -> None:
+        """Put the XACK of entries that matched nothing on *pipe*, to share another command's round trip.
+
+        The consumer sends it ahead of its next XREADGROUP; ``unmatched_acknowledged``
+        then accounts for the reply. Nothing here needs the ack before the read:
+        Redis runs the pipeline's commands in order, so the acks are done before
+        the read starts, as they were when they took a round trip of their own.
+        """
+        pipe.xack(self.address.stream, self.address.group, *message_ids)
+
+    def unmatched_acknowledged(self, message_ids: list[str], reply: object) -> bool:
+        """Account for the reply to a queued XACK: an exception (Redis failed; the
+        entries stay pending, as with ``settle_unmatched``) or the count acknowledged."""
+        if isinstance(reply, Exception):
+            log.warning("Cannot acknowledge entries; they stay pending",
+                        extra={"count": len(message_ids), "first_message_id": message_ids[0], "error": str(reply)})
+            return False
+        self.observer.settled(UNMATCHED, len(message_ids))
+        return True
+
     def _ack(self, message_ids: list[str], clear_state: bool = True) -> bool:
         """XACK the entries and clear their invocation state; False when Redis failed.
 
