@@ -94,7 +94,7 @@ class Consumer:
         self.stopping = Event()
         self.dispatches = Group()
         self.in_flight: set[str] = set()    # message ids whose dispatch is running here
-        self._unacked: list[str] = []       # matched nothing; acknowledged with the next read
+        self._unacked: list[bytes | str] = []   # ids that matched nothing, as read; acknowledged with the next read
 
     # --- loops --------------------------------------------------------------------
 
@@ -215,15 +215,17 @@ class Consumer:
             self.settler.settle_unmatched(unmatched)
             self.buffer.release(len(unmatched))
 
-    def _plan_batch(self, entries: Entries) -> list[str]:
+    def _plan_batch(self, entries: Entries) -> list[bytes | str]:
         """Plan every entry; settle what needs no dispatch but an ack, dispatch the rest.
 
-        Returns the ids of the entries that matched nothing, still in the buffer:
-        the caller acknowledges them.
+        Returns the ids of the entries that matched nothing, as Redis sent them
+        (acknowledging bytes spares redis-py encoding each id again), still in
+        the buffer: the caller acknowledges them.
         """
         rules, waiting = self.catalog.rules(), self.catalog.waiting()
         self.buffer.take(len(entries))
-        unmatched, events = [], 0
+        unmatched: list[bytes | str] = []
+        events = 0
         for raw_id, fields in entries:
             message_id = raw_id.decode() if isinstance(raw_id, bytes) else raw_id
             if message_id in self.in_flight:
@@ -237,7 +239,7 @@ class Consumer:
             if settlement is None:
                 self._start_dispatch(plan)
             elif settlement.cause is Cause.UNMATCHED:
-                unmatched.append(message_id)
+                unmatched.append(raw_id)
             else:
                 self._settle(plan, settlement)
         if events:

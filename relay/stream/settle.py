@@ -9,6 +9,7 @@ instead of losing it.
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from datetime import UTC, datetime
 
 import redis
@@ -19,7 +20,9 @@ from relay.stream.keys import StreamAddress, dlq_stream
 from relay.stream.plans import Plan
 from relay.stream.verdict import UNMATCHED, Settlement, Verdict
 
-__all__ = ["Settler", "dlq_stream"]
+__all__ = ["EntryIds", "Settler", "dlq_stream"]
+
+EntryIds = Sequence[str | bytes]  # stream entry ids, as Relay names them or as Redis sent them
 
 log = logging.getLogger("relay.stream.settle")
 
@@ -44,14 +47,21 @@ class Settler:
             self.observer.settled(settlement, 1)
         return done
 
-    def settle_unmatched(self, message_ids: list[str]) -> bool:
-        """Acknowledge entries that matched nothing, in one round trip (the UNMATCHED settlement)."""
-        done = self._ack(message_ids, clear_state=UNMATCHED.clear_state)
-        if done and message_ids:
-            self.observer.settled(UNMATCHED, len(message_ids))
-        return done
+    def settle_unmatched(self, message_ids: EntryIds) -> bool:
+        """Acknowledge entries that matched nothing, in one round trip (the UNMATCHED settlement).
 
-    def queue_unmatched(self, pipe: redis.client.Pipeline, message_ids: list[str]) -> None:
+        Their ids may be the bytes XREADGROUP returned: redis-py sends bytes as
+        they are, and encodes each str again.
+        """
+        if not message_ids:
+            return True
+        try:
+            self.client.xack(self.address.stream, self.address.group, *message_ids)
+        except redis.RedisError as error:
+            return self.unmatched_acknowledged(message_ids, error)
+        return self.unmatched_acknowledged(message_ids, None)
+
+    def queue_unmatched(self, pipe: redis.client.Pipeline, message_ids: EntryIds) -> None:
         """Put the XACK of entries that matched nothing on *pipe*, to share another command's round trip.
 
         The consumer sends it ahead of its next XREADGROUP; ``unmatched_acknowledged``
@@ -61,21 +71,20 @@ class Settler:
         """
         pipe.xack(self.address.stream, self.address.group, *message_ids)
 
-    def unmatched_acknowledged(self, message_ids: list[str], reply: object) -> bool:
+    def unmatched_acknowledged(self, message_ids: EntryIds, reply: object) -> bool:
         """Account for the reply to a queued XACK: an exception (Redis failed; the
         entries stay pending, as with ``settle_unmatched``) or the count acknowledged."""
         if isinstance(reply, Exception):
-            log.warning("Cannot acknowledge entries; they stay pending",
-                        extra={"count": len(message_ids), "first_message_id": message_ids[0], "error": str(reply)})
+            first = message_ids[0]
+            log.warning("Cannot acknowledge entries; they stay pending", extra={
+                "count": len(message_ids), "first_message_id": first.decode() if isinstance(first, bytes) else first,
+                "error": str(reply)})
             return False
         self.observer.settled(UNMATCHED, len(message_ids))
         return True
 
     def _ack(self, message_ids: list[str], clear_state: bool = True) -> bool:
-        """XACK the entries and clear their invocation state; False when Redis failed.
-
-        Entries that matched nothing have no state to clear (*clear_state* False).
-        """
+        """XACK the entries and clear their invocation state; False when Redis failed."""
         if not message_ids:
             return True
         stream, group = self.address.stream, self.address.group
