@@ -157,12 +157,12 @@ def relay_reader(client):
 
     def read(count):
         began = time.perf_counter()
-        goal = total[0] + count
-        while metrics.events_received._value.get() < goal:
-            consumer.read_once(limit=goal - int(metrics.events_received._value.get()))
+        done = 0
+        while done < count:
+            done += consumer.read_once(limit=count - done)
         consumer.flush_acks()      # the round's last batch: acknowledged before the clock stops
         elapsed = time.perf_counter() - began
-        total[0] = goal
+        total[0] += done
         assert metrics.events_processed._value.get() == total[0], "every entry must be acknowledged"
         return elapsed
 
@@ -187,13 +187,10 @@ def alternate(*sides, rounds):
 
 def client_stack():
     """The redis-py reply parser both sides use: the one Relay gets in this interpreter."""
-    import redis.utils
+    from relay.speedups import in_use
 
-    if redis.utils.HIREDIS_AVAILABLE:
-        import hiredis
-
-        return f"redis-py {redis.__version__} with hiredis {hiredis.__version__}"
-    return f"redis-py {redis.__version__}, pure-Python parser"
+    used = in_use()
+    return f"{used['redis_parser']} (JSON: {used['json_decoder']})"
 
 
 def matched_loop(client, docker_client, image, count, concurrency):

@@ -113,8 +113,8 @@ class Consumer:
         finally:
             self.flush_acks()
 
-    def read_once(self, limit: int | None = None) -> None:
-        """One XREADGROUP of new entries (at most *limit*), and accept them.
+    def read_once(self, limit: int | None = None) -> int:
+        """One XREADGROUP of new entries (at most *limit*), and accept them; how many it read.
 
         The entries the previous read found matching nothing are acknowledged
         in the same round trip, by an XACK pipelined ahead of this read: one
@@ -144,10 +144,13 @@ class Consumer:
         else:
             response = self.client.xreadgroup(address.group, address.consumer, streams, count=count,
                                               block=self.block_ms)
+        read = 0
         for _stream, entries in cast("StreamResponse", response) or ():
             if entries:
                 log.debug("Read entries", extra={"count": len(entries)})
                 self._unacked += self._plan_batch(entries)
+                read += len(entries)
+        return read
 
     def flush_acks(self) -> None:
         """Acknowledge now the entries waiting to go with the next read (the read loop is ending)."""
