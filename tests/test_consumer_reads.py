@@ -1,15 +1,18 @@
-"""The read loop against a real redis-server: a batch that matched nothing is
+"""Round trips to a real redis-server: a batch that matched nothing is
 acknowledged in the round trip of the next XREADGROUP, never lost and never
-held past the loop's end.
+held past the loop's end; a matched entry's last completed marker goes in
+the round trip of its acknowledgment, an earlier one before the next runs.
 
 Round trips are counted with a client that counts what it sends: one
 ``execute_command`` is one round trip, one pipeline ``execute`` is one too.
 """
 
 import pytest
+import redis
 
+from relay.stream import markers
 from relay.stream.keys import dlq_stream
-from tests.test_dispatch import GROUP, ORDERS, STREAM, Engine
+from tests.test_dispatch import AUDIT, GROUP, ORDERS, STREAM, Engine
 
 UNMATCHED = {"kind": "nothing-wants-this"}
 
@@ -125,3 +128,71 @@ def test_a_failed_read_releases_the_entries_it_carried_and_they_stay_pending(eng
         engine.consumer.read_once()
     assert engine.consumer.buffer.used == 0 and processed(engine) == 1
     assert engine.client.xlen(dlq_stream(STREAM)) == 0
+
+
+# --- matched entries ---------------------------------------------------------------
+
+
+def scripts_loaded(engine):
+    """Run one entry first, so the claim script is in Redis's cache and EVALSHA never falls back."""
+    engine.publish({"kind": "refund"})
+    engine.read()
+    engine.executor.calls.clear()
+
+
+def test_one_target_completes_and_is_acknowledged_in_three_round_trips(redis_client, monkeypatch):
+    engine = Engine(redis_client, [AUDIT])
+    scripts_loaded(engine)
+    trips = RoundTrips(engine.client, monkeypatch)
+    message_id = engine.publish({"kind": "refund"})
+    engine.read()
+    assert trips.relay()[2:] == [("HGETALL",), ("EVALSHA",), ("HSET", "EXPIRE", "XACK", "DEL")]
+    assert engine.pending() == 0 and engine.state(message_id) == {} and len(engine.executor.calls) == 1
+
+
+def test_an_earlier_target_is_recorded_complete_before_the_next_one_runs(redis_client, monkeypatch):
+    engine = Engine(redis_client, [ORDERS])
+    scripts_loaded(engine)
+    trips = RoundTrips(engine.client, monkeypatch)
+    engine.publish({"kind": "order"})
+    engine.read()
+    assert trips.relay()[2:] == [("HGETALL",), ("EVALSHA",), ("HSET", "EXPIRE"), ("EVALSHA",),
+                                 ("HSET", "EXPIRE", "XACK", "DEL")]
+    assert engine.pending() == 0
+
+
+def test_a_completed_marker_is_written_on_its_own_when_the_entry_stays_pending(redis_client, monkeypatch):
+    """first.handler completes; second.handler is running on another worker: no ack to ride on."""
+    engine = Engine(redis_client, [ORDERS])
+    message_id = engine.publish({"kind": "order"})
+    elsewhere = markers.running(engine.clock.now + 60 * 10**9, 1)
+    engine.client.hset(markers.state_key(STREAM, GROUP, message_id), "orders/second.handler", elsewhere)
+    engine.read()
+    assert engine.state(message_id) == {"orders/first.handler": markers.OK, "orders/second.handler": elsewhere}
+    assert engine.handlers_called() == [("orders", "first.handler")] and engine.pending() == 1
+
+
+def test_a_failed_acknowledgment_leaves_the_entry_and_its_completed_target_to_the_next_delivery(
+        redis_client, monkeypatch):
+    """Redis fails the one round trip: the entry stays pending and the marker says running, as
+    when the marker's own write failed before; the next delivery finds the claim past its deadline."""
+    engine = Engine(redis_client, [AUDIT])
+    scripts_loaded(engine)
+    message_id = engine.publish({"kind": "refund"})
+    pipeline = engine.client.pipeline
+
+    def failing_pipeline(*args, **kwargs):
+        pipe = pipeline(*args, **kwargs)
+
+        def execute(*_args, **_kwargs):
+            if any(command[0][0] == "XACK" for command in pipe.command_stack):
+                pipe.reset()
+                raise redis.ConnectionError("Redis went away")
+            return type(pipe).execute(pipe, *_args, **_kwargs)
+
+        pipe.execute = execute
+        return pipe
+
+    monkeypatch.setattr(engine.client, "pipeline", failing_pipeline)
+    engine.read()
+    assert engine.pending() == 1 and engine.state(message_id)["audit/audit.handler"].startswith("running:")

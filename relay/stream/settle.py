@@ -9,7 +9,7 @@ instead of losing it.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 
 import redis
@@ -20,9 +20,16 @@ from relay.stream.keys import StreamAddress, dlq_stream
 from relay.stream.plans import Plan
 from relay.stream.verdict import UNMATCHED, Settlement, Verdict
 
-__all__ = ["EntryIds", "Settler", "dlq_stream"]
+__all__ = ["EntryIds", "Prelude", "Settler", "dlq_stream", "takes_prelude"]
 
-EntryIds = Sequence[str | bytes]  # stream entry ids, as Relay names them or as Redis sent them
+EntryIds = Sequence[str | bytes]   # stream entry ids, as Relay names them or as Redis sent them
+Prelude = Callable[[redis.client.Pipeline], object]   # puts commands on the acknowledgment's pipeline
+
+
+def takes_prelude(settlement: Settlement) -> bool:
+    """Whether settling this way is one pipeline that may carry a prelude: an ACK that clears state."""
+    return settlement.verdict is Verdict.ACK and settlement.clear_state
+
 
 log = logging.getLogger("relay.stream.settle")
 
@@ -34,10 +41,17 @@ class Settler:
         self.observer = observer
         self.dlq = dlq_stream(address.stream)
 
-    def settle(self, plan: Plan, settlement: Settlement) -> bool:
-        """Carry out *settlement* for *plan*'s entry; False when Redis failed (the entry stays pending)."""
+    def settle(self, plan: Plan, settlement: Settlement, prelude: Prelude | None = None) -> bool:
+        """Carry out *settlement* for *plan*'s entry; False when Redis failed (the entry stays pending).
+
+        *prelude* puts commands on the acknowledgment's pipeline, ahead of the
+        XACK (the marker of the invocation that completed last): one round trip
+        for both. Only an ACK that clears state takes one (``takes_prelude``).
+        """
+        if prelude is not None and not takes_prelude(settlement):
+            raise ValueError(f"a {settlement.verdict.name} settlement takes no prelude")
         if settlement.verdict is Verdict.ACK:
-            done = self._ack([plan.message_id], clear_state=settlement.clear_state)
+            done = self._ack([plan.message_id], clear_state=settlement.clear_state, prelude=prelude)
         elif settlement.verdict is Verdict.DEAD_LETTER:
             done = self._dead_letter(plan.message_id, plan.kept, settlement.reason or "", settlement.attempts,
                                      settlement.event_bytes)
@@ -83,7 +97,7 @@ class Settler:
         self.observer.settled(UNMATCHED, len(message_ids))
         return True
 
-    def _ack(self, message_ids: list[str], clear_state: bool = True) -> bool:
+    def _ack(self, message_ids: list[str], clear_state: bool = True, prelude: Prelude | None = None) -> bool:
         """XACK the entries and clear their invocation state; False when Redis failed."""
         if not message_ids:
             return True
@@ -91,6 +105,8 @@ class Settler:
         try:
             if clear_state:
                 pipe = self.client.pipeline(transaction=False)
+                if prelude is not None:
+                    prelude(pipe)
                 pipe.xack(stream, group, *message_ids)
                 pipe.delete(*(keys.invocation_key(stream, group, message_id) for message_id in message_ids))
                 pipe.execute()
