@@ -1,9 +1,9 @@
 """Which JSON decoder and which Redis reply parser Relay runs with, and the DEBUG line that says so."""
 
+import importlib
 import logging
 
-import hiredis
-import orjson
+import pytest
 import redis.utils
 
 from relay import jsontext, speedups
@@ -11,7 +11,16 @@ from relay.clients import connect_redis
 from relay.config import RedisSettings
 
 
+def pinned(name):
+    """A speedup requirements.txt pins: a missing one fails the test, with what to do."""
+    try:
+        return importlib.import_module(name)
+    except ImportError:
+        pytest.fail(f"{name} is not installed: requirements.txt pins it; run scripts/setup", pytrace=False)
+
+
 def test_with_the_speedups_installed_both_are_named_with_their_versions():
+    orjson, hiredis = pinned("orjson"), pinned("hiredis")
     assert speedups.in_use() == {"json_decoder": f"orjson {orjson.__version__}",
                                  "redis_parser": f"hiredis {hiredis.__version__}"}
 
