@@ -21,6 +21,13 @@ is written with sorted names, a fixed timestamp and normalised modes, so the
 same inputs give the same bytes and the same BUILD_ID (the sha256 of the
 payloads). Dependencies come from PyPI wheels for each target, installed with
 pip into build/pyz-deps/ and reused by later builds.
+
+The compiled speedups in OPTIONAL_PACKAGES (orjson, hiredis) are installed one
+by one after the rest: a target they publish no wheel for gets a warning and
+Relay without them, which then decodes events with the standard library's
+json and parses Redis replies with redis-py's own parser (``relay start``
+logs which, at DEBUG). Every other requirement must have a wheel for every
+target, as before.
 """
 
 from __future__ import annotations
@@ -50,6 +57,7 @@ DEPENDENCY_CACHE = REPO / "build" / "pyz-deps"
 PYTHONS = ("3.11", "3.12", "3.13")
 ARCHES = ("x86_64", "aarch64")
 OPTIONAL_ARCHES = frozenset({"aarch64"})
+OPTIONAL_PACKAGES = frozenset({"hiredis", "orjson"})   # speedups Relay runs without (relay/speedups.py)
 SHEBANG = b"#!/usr/bin/env python3\n"
 ZIP_EPOCH = (1980, 1, 1, 0, 0, 0)
 LEGACY_MANYLINUX_GLIBC = {"manylinux1": (2, 5), "manylinux2010": (2, 12), "manylinux2014": (2, 17)}
@@ -143,16 +151,32 @@ def prune_cache(cache: Path, targets: list[Target], keep: set[Path]) -> None:
 
 
 def cached_install(requirements: Path, target: Target, cache: Path) -> Path:
-    """Install into cache/<tag>-<hash of the pip command and requirements>, once."""
-    command = pip_command(requirements, target)
-    fingerprint = hashlib.sha256("\0".join(command[3:]).encode() + requirements.read_bytes())
+    """Install into cache/<tag>-<hash of the pip commands and requirements>, once.
+
+    The requirements but OPTIONAL_PACKAGES go in with one pip command; each
+    optional one then with its own, and one without a wheel for the target is
+    left out with a warning.
+    """
+    required, optional = split_requirements(requirements.read_text())
+    commands = [pip_command(target)] + [pip_command(target, line) for line in optional]
+    fingerprint = hashlib.sha256("\0".join("\0".join(command[3:]) for command in commands).encode()
+                                 + requirements.read_bytes())
     destination = cache / f"{target.tag}-{fingerprint.hexdigest()[:16]}"
     if destination.is_dir():
         return destination
     cache.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(dir=cache, prefix=f".{target.tag}-"))
     try:
-        run_pip(command + ["--target", str(staging / "site")], target)
+        listed = staging / "requirements.txt"
+        listed.write_text("".join(line + "\n" for line in required))
+        site = str(staging / "site")
+        run_pip(commands[0] + ["-r", str(listed), "--target", site], target)
+        for line, command in zip(optional, commands[1:], strict=True):
+            try:
+                run_pip(command + ["--target", site], target)
+            except NoWheels:
+                print(f"warning: {target.tag} gets no {line}: no wheel for it; relay.pyz runs there "
+                      f"without it", file=sys.stderr)
         try:
             (staging / "site").rename(destination)
         except OSError:
@@ -163,14 +187,30 @@ def cached_install(requirements: Path, target: Target, cache: Path) -> Path:
     return destination
 
 
-def pip_command(requirements: Path, target: Target) -> list[str]:
-    """requirements.txt pins the transitive dependencies too, hence --no-deps."""
+def split_requirements(text: str) -> tuple[list[str], list[str]]:
+    """(required, optional) requirement lines, comments and blank lines dropped."""
+    required, optional = [], []
+    for raw in text.splitlines():
+        line = raw.split("#", 1)[0].strip()
+        if line:
+            name = re.split(r"[=<>!~;\[ ]", line, maxsplit=1)[0]
+            (optional if canonical(name) in OPTIONAL_PACKAGES else required).append(line)
+    return required, optional
+
+
+def canonical(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def pip_command(target: Target, requirement: str | None = None) -> list[str]:
+    """requirements.txt pins the transitive dependencies too, hence --no-deps.
+    With *requirement*, the command installs that one; without, the caller adds ``-r FILE``."""
     platforms = [arg for tag in manylinux_platforms(target.arch) for arg in ("--platform", tag)]
     return [
         sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
         "--no-compile", "--no-deps", "--only-binary=:all:", "--implementation", "cp",
         "--python-version", target.python, "--abi", target.abi, *platforms,
-        "-r", str(requirements),
+        *([requirement] if requirement else []),
     ]
 
 

@@ -11,6 +11,7 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from relay.errors import DependencyError, reason
+from relay.speedups import log_in_use
 
 CONNECT_TIMEOUT = 5.0  # seconds for a first answer; fail fast, not forever
 
@@ -19,8 +20,10 @@ def connect_redis(settings):
     """A Redis client for *settings*; it connects lazily, see ``ping_redis``.
 
     redis-py's own retries are off: a failed command fails at once, and the
-    loop that issued it decides how to back off and when to warn.
+    loop that issued it decides how to back off and when to warn. Logs at
+    DEBUG which JSON decoder and which Redis reply parser are in use.
     """
+    log_in_use()
     return redis.Redis(
         host=settings.host,
         port=settings.port,

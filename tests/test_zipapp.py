@@ -110,7 +110,71 @@ def test_payloads_hold_sources_only_and_share_common_files(pyz):
             assert not member.startswith("bin/"), member
 
 
+def test_every_x86_64_target_carries_the_speedups(pyz):
+    common = set(payload(pyz, "common").namelist())
+    for target in (f"cp{v.replace('.', '')}-x86_64" for v in SUPPORTED):
+        names = common | set(payload(pyz, target).namelist())
+        for package in build_zipapp.OPTIONAL_PACKAGES:
+            assert any(name.startswith(f"{package}/") and ".so" in name for name in names), (target, package)
+
+
 # -- running it ------------------------------------------------------------------
+
+
+SAY_SPEEDUPS = """
+import json, sys
+sys.path.insert(0, sys.argv[1])
+from relay import jsontext, speedups
+print(json.dumps({"in_use": speedups.in_use(), "event": jsontext.loads('{"n": 18446744073709551616, "x": NaN}'),
+                  "decoded": repr(jsontext.loads('{"a": [1, 2.5, "\\u00e9"]}'))}))
+"""
+
+
+def speedups_of(python: str, pyz: Path, cache: Path) -> dict:
+    """What the extracted pyz runs with under *python*, and what it decodes."""
+    assert_version_output(run_with_cache(python, pyz, cache, "--version"))
+    [extraction] = [path for path in extraction_dirs(cache) if path.name.endswith(tag(python))]
+    result = subprocess.run([python, "-I", "-c", SAY_SPEEDUPS, str(extraction)], capture_output=True, text=True,
+                            timeout=60)
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+@pytest.mark.parametrize("version", SUPPORTED)
+def test_the_pyz_decodes_with_orjson_and_parses_with_hiredis(pyz, cache, version):
+    said = speedups_of(find_python(version), pyz, cache)
+    assert said["in_use"]["json_decoder"].startswith("orjson ")
+    assert said["in_use"]["redis_parser"].startswith("hiredis ")
+    assert said["event"]["n"] == 2**64 and said["event"]["x"] != said["event"]["x"]     # exact, and NaN
+    assert said["decoded"] == "{'a': [1, 2.5, '\u00e9']}"
+
+
+def without_speedups(site: Path):
+    """A copytree ignore that leaves out the top-level files of OPTIONAL_PACKAGES (packages, dist-info, .libs)."""
+    def ignored(directory, names):
+        return [name for name in names if Path(directory) == site
+                and name.split("-")[0].split(".")[0].lower() in build_zipapp.OPTIONAL_PACKAGES]
+
+    return ignored
+
+
+def test_a_pyz_without_the_speedups_runs_on_the_pure_python_paths(pyz, cache, tmp_path):
+    """As on an interpreter orjson and hiredis publish no wheel for: the same trees, less those two."""
+    targets = [build_zipapp.Target(version, ARCH) for version in SUPPORTED]
+    sites = build_zipapp.install_all(targets, build_zipapp.REQUIREMENTS, build_zipapp.DEPENDENCY_CACHE)
+    stripped = {}
+    for target, site in sites.items():
+        stripped[target] = tmp_path / "sites" / target
+        shutil.copytree(site, stripped[target], ignore=without_speedups(site))
+    assert not [path for path in stripped[targets[0].tag].iterdir() if path.name.startswith(("orjson", "hiredis"))]
+    bare = tmp_path / "bare.pyz"
+    build_zipapp.build_pyz(bare, REPO / "relay", stripped)
+    said = speedups_of(find_python("3.12"), bare, cache)
+    assert said["in_use"] == {"json_decoder": "json (standard library)",
+                              "redis_parser": said["in_use"]["redis_parser"]}
+    assert said["in_use"]["redis_parser"].endswith("(pure Python)")
+    assert said["event"]["n"] == 2**64 and said["event"]["x"] != said["event"]["x"]
+    assert said["decoded"] == "{'a': [1, 2.5, '\u00e9']}"
 
 
 @pytest.mark.parametrize("version", SUPPORTED)
@@ -458,7 +522,7 @@ def no_wheels(*_):
 
 
 def test_pip_is_asked_for_exact_pins_and_every_manylinux_tag():
-    command = build_zipapp.pip_command(Path("requirements.txt"), build_zipapp.Target("3.12", "aarch64"))
+    command = build_zipapp.pip_command(build_zipapp.Target("3.12", "aarch64"))
     assert {"--no-deps", "--only-binary=:all:", "--no-compile"} <= set(command)
     for option, value in [("--python-version", "3.12"), ("--abi", "cp312"),
                           ("--implementation", "cp")]:
@@ -466,6 +530,47 @@ def test_pip_is_asked_for_exact_pins_and_every_manylinux_tag():
     platforms = {command[i + 1] for i, arg in enumerate(command) if arg == "--platform"}
     assert {f"manylinux_2_{minor}_aarch64" for minor in range(17, 29)} <= platforms
     assert {"manylinux2014_aarch64", "manylinux2010_aarch64", "manylinux1_aarch64"} <= platforms
+
+
+def test_the_speedups_are_optional_requirements_and_the_rest_are_not():
+    required, optional = build_zipapp.split_requirements(
+        "# comment\ngevent==26.9.0\nhiredis==3.5.0   # speedup\n\nOrJSON==3.13.0\nredis==8.1.0\n")
+    assert (required, optional) == (["gevent==26.9.0", "redis==8.1.0"], ["hiredis==3.5.0", "OrJSON==3.13.0"])
+    _, pinned = build_zipapp.split_requirements(build_zipapp.REQUIREMENTS.read_text())
+    assert sorted(build_zipapp.canonical(line.split("==")[0]) for line in pinned) == ["hiredis", "orjson"]
+
+
+def test_a_speedup_without_a_wheel_for_a_target_is_left_out_with_a_warning(monkeypatch, capsys, tmp_path):
+    """pip itself is the fake here: it installs a directory per requirement, and has no orjson wheel."""
+    requirements = tmp_path / "requirements.txt"
+    requirements.write_text("gevent==26.9.0\norjson==3.13.0\nhiredis==3.5.0\n")
+    asked = []
+
+    def pip(command, target):
+        site = Path(command[command.index("--target") + 1])
+        if "-r" in command:
+            names = Path(command[command.index("-r") + 1]).read_text().split()
+        else:
+            names = [command[command.index("--target") - 1]]
+        asked.append(names)
+        if names == ["orjson==3.13.0"]:
+            raise build_zipapp.NoWheels("No matching distribution found for orjson==3.13.0")
+        for name in names:
+            (site / name.split("==")[0]).mkdir(parents=True)
+
+    monkeypatch.setattr(build_zipapp, "run_pip", pip)
+    site = build_zipapp.cached_install(requirements, build_zipapp.Target("3.13", "x86_64"), tmp_path / "cache")
+    assert asked == [["gevent==26.9.0"], ["orjson==3.13.0"], ["hiredis==3.5.0"]]
+    assert sorted(path.name for path in site.iterdir()) == ["gevent", "hiredis"]
+    assert "warning: cp313-x86_64 gets no orjson==3.13.0: no wheel for it" in capsys.readouterr().err
+
+
+def test_a_required_package_without_a_wheel_still_fails_the_target(monkeypatch, tmp_path):
+    requirements = tmp_path / "requirements.txt"
+    requirements.write_text("gevent==26.9.0\norjson==3.13.0\n")
+    monkeypatch.setattr(build_zipapp, "run_pip", no_wheels)
+    with pytest.raises(build_zipapp.NoWheels):
+        build_zipapp.cached_install(requirements, build_zipapp.Target("3.13", "x86_64"), tmp_path / "cache")
 
 
 def test_required_glibc_is_the_newest_any_wheel_needs(tmp_path):

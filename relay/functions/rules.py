@@ -32,9 +32,9 @@ class Rules:
         self.functions = tuple(functions)
         targets = tuple(Target(active, rule) for active in self.functions for rule in active.function.template.rules)
         self.field = field = _best_field(targets)
-        self._unkeyed = tuple(target for target in targets if field not in target.rule.pattern.required)
+        self._unkeyed = _tested(target for target in targets if field not in target.rule.pattern.required)
         values = {value for target in targets for value in target.rule.pattern.required.get(field, ())}
-        self._by_value = {value: tuple(target for target in targets if _allows(target, field, value))
+        self._by_value = {value: _tested(target for target in targets if _allows(target, field, value))
                           for value in values}
 
     def matching(self, event):
@@ -44,12 +44,17 @@ class Rules:
             value = event.get(self.field)
             if type(value) is str:
                 candidates = self._by_value.get(value, self._unkeyed)
-        return tuple(target for target in candidates if target.rule.pattern.matches(event))
+        return tuple(target for target, matches in candidates if matches(event))
 
     def candidates(self):
         """How many rules an event is tested against: (fewest, most)."""
         sizes = [len(self._unkeyed), *(len(listed) for listed in self._by_value.values())]
         return min(sizes), max(sizes)
+
+
+def _tested(targets):
+    """(target, its pattern's matches) pairs: the consumer's loop calls it without looking it up."""
+    return tuple((target, target.rule.pattern.matches) for target in targets)
 
 
 def _allows(target, field, value):

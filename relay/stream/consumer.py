@@ -2,13 +2,15 @@
 
 The consumer reads new entries with XREADGROUP; the reclaimer takes over
 entries that sat pending longer than the idle time with XAUTOCLAIM. Both
-feed ``accept``, which asks the settle decision (relay.stream.verdict) of
-every entry: malformed entries are dead-lettered and entries that match no
-rule are acknowledged right there, in one round trip per batch (no entry,
-however hostile, can raise out of ``accept`` and end a loop); entries with
-matches are dispatched in their own greenlets. No more than
-MAX_BUFFERED_EVENTS entries are held at once: with the buffer full nothing
-is read, so the backlog stays in Redis.
+ask the settle decision (relay.stream.verdict) of every entry they get:
+malformed entries are dead-lettered, entries with matches are dispatched in
+their own greenlets (no entry, however hostile, can raise out of the
+planning and end a loop), and entries that match no rule are acknowledged
+together: the reclaimer's in one round trip of their own (``accept``), the
+consumer's in the same round trip as its next XREADGROUP, an XACK pipelined
+ahead of it (``read_once``), so a busy stream costs one round trip a batch.
+No more than MAX_BUFFERED_EVENTS entries are held at once: with the buffer
+full nothing is read, so the backlog stays in Redis.
 
 An entry whose dispatch outlives the idle time (a slow handler, a retry
 waiting for a slot) is idle in Redis as far as XAUTOCLAIM can tell, so the
@@ -24,6 +26,7 @@ from typing import cast
 import redis
 from gevent.event import Event
 from gevent.pool import Group
+from redis.typing import KeyT, StreamIdT
 
 from relay.config import DEFAULT_MAX_EVENT_BYTES
 from relay.stream import seams
@@ -91,26 +94,74 @@ class Consumer:
         self.stopping = Event()
         self.dispatches = Group()
         self.in_flight: set[str] = set()    # message ids whose dispatch is running here
+        self._unacked: list[bytes | str] = []   # ids that matched nothing, as read; acknowledged with the next read
 
     # --- loops --------------------------------------------------------------------
 
     def read_loop(self) -> None:
-        address, outage = self.address, Outage("consumer", self.stopping)
-        while not self.stopping.is_set():
-            if not self.buffer.wait_for_space(timeout=1.0):
-                continue
+        outage = Outage("consumer", self.stopping)
+        try:
+            while not self.stopping.is_set():
+                if not self._unacked and not self.buffer.wait_for_space(timeout=1.0):
+                    continue
+                try:
+                    self.read_once()
+                except redis.RedisError as error:
+                    self._trouble(error, outage)
+                    continue
+                outage.succeeded()
+        finally:
+            self.flush_acks()
+
+    def read_once(self, limit: int | None = None) -> int:
+        """One XREADGROUP of new entries (at most *limit*), and accept them; how many it read.
+
+        The entries the previous read found matching nothing are acknowledged
+        in the same round trip, by an XACK pipelined ahead of this read: one
+        round trip a batch instead of two. That read does not block, so the
+        acknowledgment's answer (and the ``settled`` event) comes back at once
+        even when the stream is idle; the read after it blocks as usual. Those
+        entries stay in the buffer until then, and the read asks for them too.
+        """
+        address, acks = self.address, self._unacked
+        self._unacked = []
+        count = self.buffer.free() + len(acks)
+        if limit is not None:
+            count = min(count, limit)
+        streams: dict[KeyT, StreamIdT] = {address.stream: ">"}
+        if acks:
+            pipe = self.client.pipeline(transaction=False)
+            self.settler.queue_unmatched(pipe, acks)
+            pipe.xreadgroup(address.group, address.consumer, streams, count=count)
             try:
-                response = cast("StreamResponse", self.client.xreadgroup(
-                    address.group, address.consumer, {address.stream: ">"},
-                    count=self.buffer.free(), block=self.block_ms))
+                ack_reply, response = pipe.execute(raise_on_error=False)
             except redis.RedisError as error:
-                self._trouble(error, outage)
-                continue
-            outage.succeeded()
-            for _stream, entries in response or ():
-                if entries:
-                    log.debug("Read entries", extra={"count": len(entries)})
-                    self.accept(entries)
+                self._acknowledged(acks, error)
+                raise
+            self._acknowledged(acks, ack_reply)
+            if isinstance(response, Exception):
+                raise response
+        else:
+            response = self.client.xreadgroup(address.group, address.consumer, streams, count=count,
+                                              block=self.block_ms)
+        read = 0
+        for _stream, entries in cast("StreamResponse", response) or ():
+            if entries:
+                log.debug("Read entries", extra={"count": len(entries)})
+                self._unacked += self._plan_batch(entries)
+                read += len(entries)
+        return read
+
+    def flush_acks(self) -> None:
+        """Acknowledge now the entries waiting to go with the next read (the read loop is ending)."""
+        acks, self._unacked = self._unacked, []
+        if acks:
+            self.settler.settle_unmatched(acks)
+            self.buffer.release(len(acks))
+
+    def _acknowledged(self, acks, reply):
+        self.settler.unmatched_acknowledged(acks, reply)
+        self.buffer.release(len(acks))
 
     def reclaim_loop(self) -> None:
         outage = Outage("reclaimer", self.stopping)
@@ -162,9 +213,22 @@ class Consumer:
 
         Entries that match nothing are acknowledged together, in one round trip.
         """
+        unmatched = self._plan_batch(entries)
+        if unmatched:
+            self.settler.settle_unmatched(unmatched)
+            self.buffer.release(len(unmatched))
+
+    def _plan_batch(self, entries: Entries) -> list[bytes | str]:
+        """Plan every entry; settle what needs no dispatch but an ack, dispatch the rest.
+
+        Returns the ids of the entries that matched nothing, as Redis sent them
+        (acknowledging bytes spares redis-py encoding each id again), still in
+        the buffer: the caller acknowledges them.
+        """
         rules, waiting = self.catalog.rules(), self.catalog.waiting()
         self.buffer.take(len(entries))
-        unmatched, events = [], 0
+        unmatched: list[bytes | str] = []
+        events = 0
         for raw_id, fields in entries:
             message_id = raw_id.decode() if isinstance(raw_id, bytes) else raw_id
             if message_id in self.in_flight:
@@ -178,14 +242,12 @@ class Consumer:
             if settlement is None:
                 self._start_dispatch(plan)
             elif settlement.cause is Cause.UNMATCHED:
-                unmatched.append(message_id)
+                unmatched.append(raw_id)
             else:
                 self._settle(plan, settlement)
         if events:
             self.observer.received(events)
-        if unmatched:
-            self.settler.settle_unmatched(unmatched)
-            self.buffer.release(len(unmatched))
+        return unmatched
 
     def _settle(self, plan, settlement):
         _explain(plan, settlement)

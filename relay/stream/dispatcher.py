@@ -11,7 +11,9 @@ brings the entry back once the engine is up. Then the entry is
 acknowledged when every target is complete, dead-lettered when every
 unfinished target is exhausted, and otherwise left pending for the
 reclaimer: relay.stream.verdict decides, from the targets' outcomes, and
-the Settler carries it out.
+the Settler carries it out. The completed marker of the last target run is
+sent in the acknowledgment's round trip (one round trip less per entry);
+an earlier target's is written before the next one starts.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from relay.stream import markers, seams
 from relay.stream.keys import target_field
 from relay.stream.markers import Action, decide
 from relay.stream.plans import Plan
+from relay.stream.settle import takes_prelude
 from relay.stream.verdict import COMPLETE, Status, TargetOutcome, decide_settlement
 
 log = logging.getLogger("relay.stream.dispatcher")
@@ -71,6 +74,7 @@ class Dispatcher:
     def _dispatch(self, plan):
         stored = self.store.load(plan.message_id)
         outcomes = {}
+        unwritten = None      # the field of a target that completed here, its marker not written yet
         for index, target in enumerate(plan.targets):
             field = target_field(target)
             raw = stored.get(field)
@@ -88,6 +92,9 @@ class Dispatcher:
                 self.store.exhausted(plan.message_id, field, decision.attempt)
                 outcomes[index] = TargetOutcome(Status.TERMINAL, decision.attempt)
             else:
+                if unwritten is not None:     # written before the next one runs: a crash then cannot repeat it
+                    self.store.complete(plan.message_id, unwritten)
+                    unwritten = None
                 outcome = self._run(plan, target, raw, decision.attempt)
                 if outcome is NotRun.NO_SLOT:
                     outcomes[index] = TargetOutcome(Status.OPEN, decision.attempt)
@@ -98,7 +105,24 @@ class Dispatcher:
                 outcomes[index] = outcome
                 if outcome.status is not Status.COMPLETE:
                     break                 # abort on the first failure
-        self.settler.settle(plan, decide_settlement(plan, outcomes, stored=stored, now=self.clock()))
+                unwritten = field
+        self._settle(plan, decide_settlement(plan, outcomes, stored=stored, now=self.clock()), unwritten)
+
+    def _settle(self, plan, settlement, unwritten):
+        """Settle the entry, with the marker of the target that completed last (*unwritten*).
+
+        When the entry is acknowledged and its state cleared, the marker goes in
+        the acknowledgment's round trip, ahead of the XACK; otherwise it is
+        written first, on its own.
+        """
+        if unwritten is None:
+            self.settler.settle(plan, settlement)
+        elif takes_prelude(settlement):
+            self.settler.settle(plan, settlement,
+                                prelude=lambda pipe: self.store.queue_complete(pipe, plan.message_id, unwritten))
+        else:
+            self.store.complete(plan.message_id, unwritten)
+            self.settler.settle(plan, settlement)
 
     # --- one invocation ---------------------------------------------------------
 
@@ -150,8 +174,7 @@ class Dispatcher:
     def _record(self, plan, target, attempt, outcome):
         attrs = _attrs(plan, target, attempt=attempt, duration=f"{outcome.duration:.3f}s",
                        exit_code=outcome.exit_code)
-        if outcome.ok:
-            self.store.complete(plan.message_id, target_field(target))
+        if outcome.ok:    # its marker is written by _dispatch: with the next run, or with the acknowledgment
             log.info("Handler executed", extra=attrs)
             return TargetOutcome(Status.COMPLETE, attempt)
 

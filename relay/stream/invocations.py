@@ -102,6 +102,10 @@ class InvocationStore:
     def complete(self, message_id: str, field: str) -> None:
         self._write(message_id, field, markers.OK)
 
+    def queue_complete(self, pipe: redis.client.Pipeline, message_id: str, field: str) -> None:
+        """Put the completed marker on *pipe*, to go in the round trip of the entry's acknowledgment."""
+        self._queue(pipe, self.key(message_id), field, markers.OK)
+
     def failed(self, message_id: str, field: str, retry_at: int, attempt: int) -> None:
         self._write(message_id, field, markers.waiting(retry_at, attempt))
 
@@ -109,12 +113,15 @@ class InvocationStore:
         self._write(message_id, field, markers.exhausted(attempts))
 
     def _write(self, message_id, field, value):
-        key = self.key(message_id)
         try:
             pipe = self.client.pipeline(transaction=False)
-            pipe.hset(key, field, value)
-            pipe.expire(key, markers.STATE_TTL_SECONDS)
+            self._queue(pipe, self.key(message_id), field, value)
             pipe.execute()
         except redis.RedisError as error:
             log.warning("Cannot record invocation state", extra={
                 "message_id": message_id, "field": field, "state": value.split(":")[0], "error": str(error)})
+
+    @staticmethod
+    def _queue(pipe, key, field, value):
+        pipe.hset(key, field, value)
+        pipe.expire(key, markers.STATE_TTL_SECONDS)

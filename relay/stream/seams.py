@@ -16,10 +16,13 @@ from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
+    from redis.client import Pipeline
+
     from relay.functions import Function
     from relay.functions.rules import Rules
     from relay.runtime.invocation import Invocation, Outcome
     from relay.stream.plans import Plan
+    from relay.stream.settle import EntryIds, Prelude
     from relay.stream.verdict import Settlement
 
 Environment = Callable[["Function"], Mapping[str, str]]
@@ -47,6 +50,8 @@ class InvocationStore(Protocol):
 
     def complete(self, message_id: str, field: str) -> None: ...
 
+    def queue_complete(self, pipe: Pipeline, message_id: str, field: str) -> None: ...
+
     def failed(self, message_id: str, field: str, retry_at: int, attempt: int) -> None: ...
 
     def exhausted(self, message_id: str, field: str, attempts: int) -> None: ...
@@ -55,9 +60,13 @@ class InvocationStore(Protocol):
 class Settler(Protocol):
     """Carries a Settlement out: the one place an entry is acknowledged or dead-lettered."""
 
-    def settle(self, plan: Plan, settlement: Settlement) -> bool: ...
+    def settle(self, plan: Plan, settlement: Settlement, prelude: Prelude | None = None) -> bool: ...
 
-    def settle_unmatched(self, message_ids: list[str]) -> bool: ...
+    def settle_unmatched(self, message_ids: EntryIds) -> bool: ...
+
+    def queue_unmatched(self, pipe: Pipeline, message_ids: EntryIds) -> None: ...
+
+    def unmatched_acknowledged(self, message_ids: EntryIds, reply: object) -> bool: ...
 
 
 class Slots(Protocol):

@@ -9,6 +9,7 @@ instead of losing it.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 
 import redis
@@ -19,7 +20,16 @@ from relay.stream.keys import StreamAddress, dlq_stream
 from relay.stream.plans import Plan
 from relay.stream.verdict import UNMATCHED, Settlement, Verdict
 
-__all__ = ["Settler", "dlq_stream"]
+__all__ = ["EntryIds", "Prelude", "Settler", "dlq_stream", "takes_prelude"]
+
+EntryIds = Sequence[str | bytes]   # stream entry ids, as Relay names them or as Redis sent them
+Prelude = Callable[[redis.client.Pipeline], object]   # puts commands on the acknowledgment's pipeline
+
+
+def takes_prelude(settlement: Settlement) -> bool:
+    """Whether settling this way is one pipeline that may carry a prelude: an ACK that clears state."""
+    return settlement.verdict is Verdict.ACK and settlement.clear_state
+
 
 log = logging.getLogger("relay.stream.settle")
 
@@ -31,10 +41,17 @@ class Settler:
         self.observer = observer
         self.dlq = dlq_stream(address.stream)
 
-    def settle(self, plan: Plan, settlement: Settlement) -> bool:
-        """Carry out *settlement* for *plan*'s entry; False when Redis failed (the entry stays pending)."""
+    def settle(self, plan: Plan, settlement: Settlement, prelude: Prelude | None = None) -> bool:
+        """Carry out *settlement* for *plan*'s entry; False when Redis failed (the entry stays pending).
+
+        *prelude* puts commands on the acknowledgment's pipeline, ahead of the
+        XACK (the marker of the invocation that completed last): one round trip
+        for both. Only an ACK that clears state takes one (``takes_prelude``).
+        """
+        if prelude is not None and not takes_prelude(settlement):
+            raise ValueError(f"a {settlement.verdict.name} settlement takes no prelude")
         if settlement.verdict is Verdict.ACK:
-            done = self._ack([plan.message_id], clear_state=settlement.clear_state)
+            done = self._ack([plan.message_id], clear_state=settlement.clear_state, prelude=prelude)
         elif settlement.verdict is Verdict.DEAD_LETTER:
             done = self._dead_letter(plan.message_id, plan.kept, settlement.reason or "", settlement.attempts,
                                      settlement.event_bytes)
@@ -44,24 +61,52 @@ class Settler:
             self.observer.settled(settlement, 1)
         return done
 
-    def settle_unmatched(self, message_ids: list[str]) -> bool:
-        """Acknowledge entries that matched nothing, in one round trip (the UNMATCHED settlement)."""
-        done = self._ack(message_ids, clear_state=UNMATCHED.clear_state)
-        if done and message_ids:
-            self.observer.settled(UNMATCHED, len(message_ids))
-        return done
+    def settle_unmatched(self, message_ids: EntryIds) -> bool:
+        """Acknowledge entries that matched nothing, in one round trip (the UNMATCHED settlement).
 
-    def _ack(self, message_ids: list[str], clear_state: bool = True) -> bool:
-        """XACK the entries and clear their invocation state; False when Redis failed.
-
-        Entries that matched nothing have no state to clear (*clear_state* False).
+        Their ids may be the bytes XREADGROUP returned: redis-py sends bytes as
+        they are, and encodes each str again.
         """
+        if not message_ids:
+            return True
+        try:
+            self.client.xack(self.address.stream, self.address.group, *message_ids)
+        except redis.RedisError as error:
+            return self.unmatched_acknowledged(message_ids, error)
+        return self.unmatched_acknowledged(message_ids, None)
+
+    def queue_unmatched(self, pipe: redis.client.Pipeline, message_ids: EntryIds) -> None:
+        """Put the XACK of entries that matched nothing on *pipe*, to share another command's round trip.
+
+        The consumer sends it ahead of its next XREADGROUP; ``unmatched_acknowledged``
+        then accounts for the reply. Nothing here needs the ack before the read:
+        Redis runs the pipeline's commands in order, so the acks are done before
+        the read starts, as they were when they took a round trip of their own.
+        """
+        pipe.xack(self.address.stream, self.address.group, *message_ids)
+
+    def unmatched_acknowledged(self, message_ids: EntryIds, reply: object) -> bool:
+        """Account for the reply to a queued XACK: an exception (Redis failed; the
+        entries stay pending, as with ``settle_unmatched``) or the count acknowledged."""
+        if isinstance(reply, Exception):
+            first = message_ids[0]
+            log.warning("Cannot acknowledge entries; they stay pending", extra={
+                "count": len(message_ids), "first_message_id": first.decode() if isinstance(first, bytes) else first,
+                "error": str(reply)})
+            return False
+        self.observer.settled(UNMATCHED, len(message_ids))
+        return True
+
+    def _ack(self, message_ids: list[str], clear_state: bool = True, prelude: Prelude | None = None) -> bool:
+        """XACK the entries and clear their invocation state; False when Redis failed."""
         if not message_ids:
             return True
         stream, group = self.address.stream, self.address.group
         try:
             if clear_state:
                 pipe = self.client.pipeline(transaction=False)
+                if prelude is not None:
+                    prelude(pipe)
                 pipe.xack(stream, group, *message_ids)
                 pipe.delete(*(keys.invocation_key(stream, group, message_id) for message_id in message_ids))
                 pipe.execute()
