@@ -15,16 +15,14 @@ import pytest
 
 from relay.durations import SECOND
 from relay.runtime.executor import Executor
-from relay.runtime.images import ImageBuilder
 from relay.runtime.invocation import Invocation, redact
 from relay.runtime.output import MAX_LINE_BYTES, TRUNCATED
 from relay.runtime.recipes import dependency_recipe
 from relay.runtime.registry import RUNTIMES
 from tests.support.runtime import (
-    Pins,
+    built_fixtures,
+    clean_hostname,
     containers_of,
-    copy_function,
-    remove_containers,
     remove_images,
     token,
     wait_until,
@@ -38,32 +36,14 @@ FIXTURES = ("rt-python", "rt-node-esm", "rt-node-pkg", "rt-node-cjs")
 @pytest.fixture(scope="module")
 def images(docker_engine, tmp_path_factory):
     """The fixture functions under per-session names, built once: {fixture: (Function, tag)}."""
-    root = tmp_path_factory.mktemp("functions")
-    marker = token()
-    builder = ImageBuilder(docker_engine)
-    pins = Pins(docker_engine)
-    created, built = [], {}
-    try:
-        for fixture in FIXTURES:
-            function = copy_function(fixture, root, f"{fixture}-{marker}", marker)
-            dependencies = dependency_recipe(function.directory, RUNTIMES[function.template.runtime],
-                                             builder.architecture())
-            created += [function.image] + ([dependencies.tag] if dependencies else [])
-            built[fixture] = (function, builder.prepare(function))
-            pins.add(function.image)
+    with built_fixtures(docker_engine, tmp_path_factory.mktemp("functions"), FIXTURES) as built:
         yield built
-    finally:
-        pins.release()
-        remove_images(docker_engine, created)
 
 
 @pytest.fixture
 def hostname(docker_engine):
-    name = f"rt-exec-{token()}"
-    yield name
-    clean = wait_until(lambda: not containers_of(docker_engine, name), timeout=10)
-    remove_containers(docker_engine, name)
-    assert clean, f"containers of {name} were left behind"
+    with clean_hostname(docker_engine, "rt-exec") as name:
+        yield name
 
 
 @pytest.fixture

@@ -10,6 +10,7 @@ from __future__ import annotations
 import secrets
 import shutil
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 from docker.errors import APIError, NotFound
@@ -142,3 +143,39 @@ def wait_until(predicate, timeout=10.0, interval=0.05):
         if value or time.monotonic() >= deadline:
             return value
         time.sleep(interval)
+
+
+@contextmanager
+def built_fixtures(client, root, fixtures):
+    """Build tests/fixtures/functions/<fixture> for each of *fixtures* under per-session names in
+    *root*; yield {fixture: (Function, tag)}; remove their images (and dependency images) after."""
+    from relay.runtime.images import ImageBuilder
+    from relay.runtime.recipes import dependency_recipe
+    from relay.runtime.registry import RUNTIMES
+
+    marker = token()
+    builder = ImageBuilder(client)
+    pins = Pins(client)
+    created, built = [], {}
+    try:
+        for fixture in fixtures:
+            function = copy_function(fixture, root, f"{fixture}-{marker}", marker)
+            dependencies = dependency_recipe(function.directory, RUNTIMES[function.template.runtime],
+                                             builder.architecture())
+            created += [function.image] + ([dependencies.tag] if dependencies else [])
+            built[fixture] = (function, builder.prepare(function))
+            pins.add(function.image)
+        yield built
+    finally:
+        pins.release()
+        remove_images(client, created)
+
+
+@contextmanager
+def clean_hostname(client, prefix):
+    """A fresh worker hostname; afterwards, assert none of its containers were left (and remove them)."""
+    name = f"{prefix}-{token()}"
+    yield name
+    clean = wait_until(lambda: not containers_of(client, name), timeout=10)
+    remove_containers(client, name)
+    assert clean, f"containers of {name} were left behind"
