@@ -116,6 +116,27 @@ class Lines:
         self._partial.clear()
 
 
+class PrefixedOutput:
+    """Writes each line to *output* after ``prefix``; the first error writing stops it and stays in ``failed``.
+
+    Relay's own output trouble (a closed stdout) never decides a handler's result: lines are dropped.
+    """
+
+    def __init__(self, output, line_prefix=""):
+        self._output = output
+        self.prefix = line_prefix
+        self.failed = None
+
+    def write(self, text):
+        if self.failed is not None:
+            return
+        try:
+            self._output.write(self.prefix + text + "\n")
+            self._output.flush()
+        except (OSError, ValueError) as error:  # ValueError: the file is closed
+            self.failed = error
+
+
 class OutputForwarder:
     """Demultiplexes one container's attach stream onto *output*, one prefixed line per line.
 
@@ -125,11 +146,14 @@ class OutputForwarder:
     """
 
     def __init__(self, output, line_prefix):
-        self._output = output
-        self._prefix = line_prefix
-        self.failed = None  # the first error writing to output
+        self._sink = PrefixedOutput(output, line_prefix)
         self._frames = Frames()
-        self._streams = {STDOUT: Lines(self._write), STDERR: Lines(self._write)}
+        self._streams = {STDOUT: Lines(self._sink.write), STDERR: Lines(self._sink.write)}
+
+    @property
+    def failed(self):
+        """The first error writing to output, or None."""
+        return self._sink.failed
 
     def feed(self, data):
         for stream, payload in self._frames.feed(data):
@@ -140,12 +164,3 @@ class OutputForwarder:
     def close(self):
         for lines in self._streams.values():
             lines.close()
-
-    def _write(self, text):
-        if self.failed is not None:
-            return
-        try:
-            self._output.write(self._prefix + text + "\n")
-            self._output.flush()
-        except (OSError, ValueError) as error:  # ValueError: the file is closed
-            self.failed = error

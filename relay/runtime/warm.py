@@ -37,7 +37,7 @@ from relay.runtime.containers import (
     container_name,
     remove_container,
 )
-from relay.runtime.output import STDERR, STDOUT, Frames, Lines
+from relay.runtime.output import STDERR, STDOUT, Frames, Lines, PrefixedOutput
 from relay.runtime.sweep import UNCONFIRMED_CREATE_GRACE
 
 log = logging.getLogger("relay.runtime.warm")
@@ -104,23 +104,21 @@ class WarmContainer:
         self.served = 0
         self.broken = False
         self.exit_code = None
-        self._output = output
+        self._sink = PrefixedOutput(output)
         self._leftovers = leftovers
-        self._prefix = ""
         self._handle: Any = None   # docker-py's attach handle, its socket, the registered wait's response
         self._sock: Any = None
         self._wait: Any = None
         self._frames = Frames()
-        self._streams = {STDOUT: MarkedLines(Lines(self._write)), STDERR: MarkedLines(Lines(self._write))}
+        self._streams = {STDOUT: MarkedLines(Lines(self._sink.write)), STDERR: MarkedLines(Lines(self._sink.write))}
         self._seq = 0
         self._expected = {}   # stream → the marker text that ends the current request
-        self.output_failed = None
 
     # --- start --------------------------------------------------------------------
 
     def start(self, *, command, env, host_config, user=USER, line_prefix, deadline):
         """Create and start the container and wait for the bootstrap's ready marker."""
-        self._prefix = line_prefix
+        self._sink.prefix = line_prefix
         try:
             created = self.api.create_container(
                 self.image, name=self.name, user=user, stdin_open=True, environment=dict(env),
@@ -150,7 +148,7 @@ class WarmContainer:
         error; after any of them the container is broken and must be removed.
         """
         try:
-            self._prefix = line_prefix
+            self._sink.prefix = line_prefix
             self._seq += 1
             seq = str(self._seq).encode()
             self._expected = {STDOUT: None, STDERR: b"end " + seq}
@@ -246,14 +244,10 @@ class WarmContainer:
             return ContainerExited("the warm container exited")
         return ContainerExited(f"the warm container exited with code {self.exit_code}")
 
-    def _write(self, text):
-        if self.output_failed is not None:
-            return
-        try:
-            self._output.write(self._prefix + text + "\n")
-            self._output.flush()
-        except (OSError, ValueError) as error:  # ValueError: the file is closed
-            self.output_failed = error
+    @property
+    def output_failed(self):
+        """The first error writing the handlers' output, or None."""
+        return self._sink.failed
 
     # --- end ----------------------------------------------------------------------
 
