@@ -15,6 +15,9 @@ must not crash (the start, a command, a dispatch) catches one class:
         BuildError              a function's image
         ExecutionError          one invocation
             DeadlineExceeded
+            ProtocolBreak
+            ContainerExited
+            ImageMissing
         SecretError             the secret store
         StateError              the state database
         UnknownFunction         a name the state database does not know
@@ -109,6 +112,15 @@ class ProtocolBreak(ExecutionError):
 
 class ContainerExited(ExecutionError):
     """A warm container's process ended."""
+
+
+class ImageMissing(ExecutionError):
+    """The function's image is gone from the engine (removed outside Relay, or by a
+    concurrent build's clean-up); the invocation is not charged and the image is rebuilt."""
+
+    def __init__(self, image):
+        super().__init__(f"image {image} does not exist")
+        self.image = image
 
 
 class SecretError(RelayError):

@@ -153,7 +153,9 @@ class Supervisor:
             self.docker, config.consumer, leases=self.leases, leftovers=leftovers,
             warm_capacity=config.max_concurrency, functions=self.catalog.snapshot,
             environment=lambda function: environment(function, secrets),
-            on_warm_count=lambda function, count: metrics.warm_containers.labels(function).set(count))
+            on_warm_count=lambda function, count: metrics.warm_containers.labels(function).set(count),
+            # late-bound: the reconciler is made by _load_functions, before any invocation
+            on_image_missing=lambda function, image: self.reconciler.image_missing(function, image))  # noqa: PLW0108
         self._spawn_services([executor.warm])
         self._load_functions()
 

@@ -247,3 +247,27 @@ def test_a_function_removed_while_relay_was_down_loses_its_image_at_the_next_sta
     wait_until(lambda: [record.name for record in reader.functions()] == [kept], timeout=10,
                what="the state database to forget the removed function")
     assert second.stop() == 0
+
+
+@pytest.mark.parametrize("warm", [False, True], ids=["cold", "warm"])
+def test_an_image_removed_under_relay_is_built_again_and_its_event_runs_uncharged(relay, redis_client, docker_engine,
+                                                                                   tmp_path, token, warm):
+    """An operator's `docker image prune -a`, or a concurrent build's clean-up, takes the active image."""
+    root = tmp_path / "functions"
+    name = f"pruned-{token}"
+    template = TEMPLATE.format(name=name) + ("warm:\n  containers: 1\n" if warm else "")
+    write_function(root, name, template, {"app.py": SOURCE.format(name=name, version="v1")})
+    worker = relay()
+    worker.wait_for(f'msg="Function ready" function={name} ')
+    [image] = tags(docker_engine, name)
+    docker_engine.api.remove_image(image, force=True)
+
+    publish(redis_client, name, 1)
+    worker.wait_for(f'msg="Function image is missing from the engine; building it again" function={name} ')
+    worker.wait_for(f'msg="Function image rebuilt" function={name} ', timeout=120)
+    worker.wait_for(f"{name} v1 n=1", where="stdout", timeout=60)    # the reclaimer's next pass
+    wait_until(lambda: pending(redis_client) == 0, what="the entry to be acknowledged")
+    assert tags(docker_engine, name) == [image]
+    assert "attempt not charged" in worker.stderr and "Handler failed" not in worker.stderr
+    assert worker.stdout.count(f"{name} v1 n=1") == 1
+    assert worker.stop() == 0

@@ -289,3 +289,44 @@ def test_a_stopped_reconciler_takes_no_requests(root, world):
 def test_the_startup_load_publishes_its_view_even_when_empty(world):
     world.reconciler.load_all()
     assert world.views == [[]]
+
+
+def test_an_image_gone_from_the_engine_is_built_again_once(root, world, caplog):
+    write(root, "good")
+    world.reconciler.load_all()
+    serving = world.image("good")
+    with caplog.at_level(logging.INFO, logger="relay.live.reconciler"):
+        world.reconciler.image_missing("good", serving)
+        world.reconciler.image_missing("good", serving)      # a second invocation before the rebuild: one rebuild
+        world.reconciler._pool.join()
+    assert world.builder.built == ["good", "good"] and world.image("good") == serving and world.retired == []
+    messages = [record.getMessage() for record in caplog.records]
+    assert messages.count("Function image is missing from the engine; building it again") == 1
+    assert "Function image rebuilt" in messages
+    world.reconciler.rescan()
+    world.reconciler._pool.join()
+    assert world.builder.built == ["good", "good"], "once rebuilt, an unchanged function is left alone again"
+
+
+def test_a_missing_image_whose_rebuild_fails_is_tried_again_on_the_next_pass(root, world):
+    write(root, "good")
+    world.reconciler.load_all()
+    serving = world.image("good")
+    world.builder.failing.add("good")
+    world.reconciler.image_missing("good", serving)
+    world.reconciler._pool.join()
+    assert world.reconciler.statuses["good"].last_outcome is Outcome.FAILED
+    world.builder.failing.clear()
+    world.reconciler.rescan()
+    world.reconciler._pool.join()
+    assert world.builder.built == ["good", "good", "good"]
+    assert world.reconciler.statuses["good"].last_outcome is Outcome.SUCCEEDED
+
+
+def test_a_missing_image_that_is_no_longer_active_is_ignored(root, world):
+    write(root, "good")
+    world.reconciler.load_all()
+    world.reconciler.image_missing("good", "relay-fn-good:0000000000000000")   # an old version's, retired
+    world.reconciler.image_missing("unknown", "relay-fn-unknown:0000000000000000")
+    world.reconciler._pool.join()
+    assert world.builder.built == ["good"]

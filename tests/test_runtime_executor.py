@@ -153,13 +153,16 @@ def test_a_timeout_kills_the_container_and_leaves_nothing(executor, images, outp
     assert wait_until(lambda: not containers_of(docker_engine, hostname), timeout=5)
 
 
-def test_a_missing_image_is_a_failure_not_an_exception(executor, images):
+def test_a_missing_image_is_not_charged_and_is_reported_for_a_rebuild(docker_engine, hostname, output, images):
     function, _ = images["rt-python"]
-    outcome = executor.run(Invocation(function=function.name, handler="handler.handler",
-                                      image=f"relay-fn-{function.name}:ffffffffffffffff", payload=b"{}",
-                                      timeout=5 * SECOND, env={}))
+    missing = []
+    executor = Executor(docker_engine, hostname, output, on_image_missing=lambda *found: missing.append(found))
+    image = f"relay-fn-{function.name}:ffffffffffffffff"
+    outcome = executor.run(Invocation(function=function.name, handler="handler.handler", image=image,
+                                      payload=b"{}", timeout=5 * SECOND, env={}))
     assert not outcome.ok and outcome.exit_code is None and not outcome.timed_out
-    assert "does not exist" in outcome.error and not outcome.engine_unavailable
+    assert f"image {image} does not exist" in outcome.error and outcome.engine_unavailable
+    assert missing == [(function.name, image)]
 
 
 def test_a_start_failure_is_cleaned_up(executor, docker_engine, hostname):

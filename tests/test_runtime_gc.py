@@ -195,3 +195,26 @@ def test_untagged_images_of_collected_functions_are_removed(docker_engine):
         assert image_exists(docker_engine, built[1])  # untagged, of a function the pass is not about
     finally:
         remove_images(docker_engine, [*built, f"relay-fn-{name}:{'0' * 15}0", f"relay-fn-{name}:{'0' * 15}1"])
+
+
+def test_an_untagged_image_that_gained_a_tag_since_it_was_listed_is_kept():
+    """A build that hit the cache tags the image the others left untagged; removing it by id would take the tag."""
+
+    class API:
+        removed = []
+
+        def images(self, name=None, filters=None):
+            if filters:
+                return [{"Id": "sha256:" + "a" * 64, "Labels": {"relay.build.function": "a"}},
+                        {"Id": "sha256:" + "b" * 64, "Labels": {"relay.build.function": "a"}}]
+            return []
+
+        def inspect_image(self, image_id):
+            return {"RepoTags": [A1] if image_id.endswith("a") else []}
+
+        def remove_image(self, image_id, force=False, noprune=False):
+            self.removed.append(image_id)
+
+    api = API()
+    collect_garbage(FakeClient(api), {"a": A1}, ImageLeases())
+    assert api.removed == ["sha256:" + "b" * 64]

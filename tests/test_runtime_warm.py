@@ -294,11 +294,15 @@ def test_close_removes_every_container(executor, images, docker_engine, hostname
     assert refused.engine_unavailable and "Relay is stopping" in refused.error
 
 
-def test_an_image_that_does_not_exist_fails_like_an_engine_error(executor, images):
+def test_an_image_that_does_not_exist_fails_like_an_engine_error_and_is_reported(docker_engine, hostname, output,
+                                                                                images):
     missing = replace(invocation(images, "rt-warm-python", "warm.counter"), image="relay-fn-missing:0000000000000000")
+    reported = []
+    executor = Executor(docker_engine, hostname, output, on_image_missing=lambda *found: reported.append(found))
     outcome = executor.run(missing)
     assert (outcome.ok, outcome.engine_unavailable) == (False, True)
     assert "does not exist" in outcome.error
+    assert reported == [(missing.function, missing.image)]
 
 
 # --- what a warm container is ---

@@ -5,7 +5,8 @@
     directory gone        stop matching it; its image is retired after its last invocation
     invalid name          logged once, skipped
     no template.yaml      "not ready": an active version keeps serving, nothing else happens
-    same fingerprint      nothing, and nothing is recorded
+    same fingerprint      nothing, and nothing is recorded -- unless its image
+                          went missing: then it is built again
     changed or new        load and validate, build, then swap it into the catalog
 
 A failure (invalid template, failed build) leaves the active version, if
@@ -79,6 +80,7 @@ class Reconciler:
         self.stopping = Event()
         self._failures = {}    # name -> _Failure of the last attempt
         self._noted = {}       # name -> the condition last logged for it (invalid, not ready)
+        self._missing = set()  # names whose active image an invocation found gone: rebuilt
         self._pool = Pool(parallel)
         self._runner = CoalescingRunner(self.reconcile, _reconcile_failed, spawn=self._pool.spawn)
 
@@ -119,6 +121,19 @@ class Reconciler:
         """Reconcile *name* soon (once more after the pass going on, if any); waits only for a free slot."""
         self._runner.request(name)
 
+    def image_missing(self, name, image):
+        """An invocation found *image* gone from the engine: removed by an operator
+        (``docker image prune -a``) or by another process's clean-up. When it is
+        still *name*'s active image, build it again; until then the invocations
+        fail uncharged and their entries wait for the reclaimer."""
+        active = self.active(name)
+        if active is None or active.image != image or name in self._missing:
+            return
+        self._missing.add(name)
+        log.warning("Function image is missing from the engine; building it again",
+                    extra={"function": name, "image": image})
+        self.request(name)
+
     # --- one function ---------------------------------------------------------------
 
     def reconcile(self, name):
@@ -150,7 +165,7 @@ class Reconciler:
             return
         self._noted.pop(name, None)
         failure = self._failures.get(name)
-        if active is not None and active.function.fingerprint == fingerprint:
+        if active is not None and active.function.fingerprint == fingerprint and name not in self._missing:
             if failure is not None:
                 self._back_to_active(name)
             return
@@ -191,6 +206,7 @@ class Reconciler:
     def _activate(self, function, image, previous):
         self.catalog.put(ActiveFunction(function=function, image=image))
         self._failures.pop(function.name, None)
+        self._missing.discard(function.name)
         moment = self.clock()
         self._set(FunctionStatus(function, ready=True, image=image, prepared_at=moment, last_reconcile_at=moment,
                                  last_outcome=Outcome.SUCCEEDED, updated_at=moment))
@@ -198,6 +214,8 @@ class Reconciler:
                  "schedules": len(function.template.schedules)}
         if previous is None:
             log.info("Function ready", extra=attrs)
+        elif previous.image == image and previous.function.fingerprint == function.fingerprint:
+            log.info("Function image rebuilt", extra=attrs)
         else:
             log.info("Function updated", extra={**attrs, "previous": previous.image})
             if previous.image != image:
@@ -225,6 +243,7 @@ class Reconciler:
     def _remove(self, name):
         active = self.active(name)
         self._failures.pop(name, None)
+        self._missing.discard(name)
         self._noted.pop(name, None)
         known = self.statuses.pop(name, None) is not None
         if active is None and not known:

@@ -25,7 +25,7 @@ from requests.exceptions import RequestException
 
 from relay.config import DEFAULT_MAX_CONCURRENCY
 from relay.durations import format_duration
-from relay.errors import ExecutionError, reason
+from relay.errors import ExecutionError, ImageMissing, reason
 from relay.runtime import protocol
 from relay.runtime.containers import USER, container_name, host_config, labels, remove_container
 from relay.runtime.invocation import Outcome, engine_error_text, is_unreachable, redact
@@ -38,7 +38,8 @@ log = logging.getLogger("relay.runtime.executor")
 
 class Executor:
     def __init__(self, docker_client, hostname, output=None, *, leases=None, leftovers=None,
-                 warm_capacity=DEFAULT_MAX_CONCURRENCY, functions=None, environment=None, on_warm_count=None):
+                 warm_capacity=DEFAULT_MAX_CONCURRENCY, functions=None, environment=None, on_warm_count=None,
+                 on_image_missing=None):
         """*output* receives the handlers' lines (default: sys.stdout as it is
         now); *leases* (an ImageLeases), when given, protects each
         invocation's image from garbage collection while it runs, and each
@@ -48,16 +49,19 @@ class Executor:
         Invocations of functions with ``warm:`` run on ``self.warm``, a
         WarmPool of at most *warm_capacity* (MAX_CONCURRENCY) containers;
         *functions* and *environment* let it prestart, and *on_warm_count* hears
-        its number of containers per function (see WarmPool)."""
+        its number of containers per function (see WarmPool).
+        *on_image_missing(function, image)* hears that an invocation found its
+        function's image gone from the engine; that invocation is not charged."""
         self._api = docker_client.api
         self._hostname = hostname
         self._output = output if output is not None else sys.stdout
         self._leases = leases
         self._leftovers = leftovers
         self._host_configs = {}  # by network: one HostConfig for every container of the same network
+        self._on_image_missing = on_image_missing or (lambda function, image: None)
         self.warm = WarmPool(docker_client, hostname, self._output, capacity=warm_capacity, leases=leases,
                              leftovers=leftovers, functions=functions, environment=environment,
-                             on_count=on_warm_count)
+                             on_count=on_warm_count, on_image_missing=self._on_image_missing)
 
     def _host_config(self, network):
         if network not in self._host_configs:
@@ -104,6 +108,9 @@ class _Execution:
         except protocol.DeadlineExceeded:
             return self._outcome(None, timed_out=True,
                                  error=self._describe(f"timed out after {format_duration(invocation.timeout)}"))
+        except ImageMissing as error:
+            self.executor._on_image_missing(invocation.function, invocation.image)
+            return self._outcome(None, engine_unavailable=True, error=self._describe(str(error)))
         except ExecutionError as error:
             return self._outcome(None, error=self._describe(redact(str(error), invocation.env)))
         except (DockerException, RequestException, OSError) as error:
@@ -136,7 +143,7 @@ class _Execution:
                 use_config_proxy=False,  # the container's env is the template's, nothing else
             )
         except ImageNotFound:
-            raise ExecutionError(f"image {invocation.image} does not exist") from None
+            raise ImageMissing(invocation.image) from None
         return created["Id"]
 
     def _clean_up(self, exited):

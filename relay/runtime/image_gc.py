@@ -92,15 +92,28 @@ def _remover(docker_client, active):
 def _remove_untagged(docker_client, functions):
     """Remove function images that lost their tag: two processes that built the
     same version at once (replicas starting together) leave all but the last
-    build untagged. Images still used by a container stay."""
+    build untagged. Images still used by a container stay.
+
+    Removing by id also removes a tag the image has gained since it was
+    listed -- a third build that hits the build cache ends by tagging the very
+    image the others left untagged -- so each is looked at again just before
+    its removal. A window remains between that look and the removal: an
+    invocation that finds its image gone has it rebuilt (Reconciler.image_missing)."""
     try:
         images = docker_client.api.images(filters={"dangling": True, "label": f"{KIND_LABEL}=function"})
     except (APIError, RequestException) as error:
         log.debug("Cannot list untagged images", extra={"error": str(error)})
         return
     for image in images:
-        if (image.get("Labels") or {}).get(FUNCTION_LABEL) in functions:
+        if (image.get("Labels") or {}).get(FUNCTION_LABEL) in functions and _still_untagged(docker_client, image["Id"]):
             _remove(docker_client, image["Id"])
+
+
+def _still_untagged(docker_client, image_id):
+    try:
+        return not docker_client.api.inspect_image(image_id).get("RepoTags")
+    except (APIError, RequestException):
+        return False
 
 
 def _remove(docker_client, tag):

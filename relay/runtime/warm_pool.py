@@ -33,7 +33,7 @@ from docker.errors import DockerException, ImageNotFound
 from requests.exceptions import RequestException
 
 from relay.durations import format_duration
-from relay.errors import ContainerExited, DeadlineExceeded, ExecutionError, ProtocolBreak, RelayError
+from relay.errors import ContainerExited, DeadlineExceeded, ExecutionError, ImageMissing, ProtocolBreak, RelayError
 from relay.runtime.containers import host_config
 from relay.runtime.invocation import Outcome, engine_error_text, is_unreachable
 from relay.runtime.output import prefix
@@ -68,13 +68,15 @@ class Version:
 
 class WarmPool:
     def __init__(self, docker_client, hostname, output, *, capacity, leases=None, leftovers=None,
-                 functions=None, environment=None, on_count=None, start_timeout=START_TIMEOUT,
+                 functions=None, environment=None, on_count=None, on_image_missing=None, start_timeout=START_TIMEOUT,
                  idle_check=IDLE_CHECK, clock=time.monotonic):
         """*functions* (returning the active functions) and *environment* (a function's variables,
         secrets resolved) let ``loop`` start the containers of functions with ``warm.prestart``;
-        ``on_count(function, containers)`` hears every change of a function's number of containers."""
+        ``on_count(function, containers)`` hears every change of a function's number of containers;
+        ``on_image_missing(function, image)`` hears that a start found the image gone."""
         self._api = docker_client.api
         self._on_count = on_count
+        self._on_image_missing = on_image_missing or (lambda function, image: None)
         self._functions = functions
         self._environment = environment
         self._prestarted = set()  # images whose containers were started at ready
@@ -112,6 +114,10 @@ class WarmPool:
 
         try:
             container = self._checkout(Version.of(invocation), invocation, line_prefix)
+        except ImageMissing as error:
+            self._on_image_missing(invocation.function, invocation.image)
+            return outcome(None, engine_unavailable=True,
+                           error=describe(f"no warm container could be started: {error}"))
         except (ExecutionError, DockerException, RequestException, OSError) as error:
             return outcome(None, engine_unavailable=True, error=describe(
                 f"no warm container could be started: {engine_error_text(error, invocation.env)}"))
@@ -205,7 +211,7 @@ class WarmPool:
                             deadline=deadline)
         except ImageNotFound:
             self._discard(container, "its image does not exist")
-            raise ExecutionError(f"image {version.image} does not exist") from None
+            raise ImageMissing(version.image) from None
         except DeadlineExceeded:
             self._discard(container, "it did not start in time")
             raise ExecutionError(f"it was not ready within {self._start_timeout:g}s") from None
