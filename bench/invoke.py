@@ -16,7 +16,12 @@ concurrency), against a bare warm loop: the same image running a minimal
 resident reader (one line in, one line out), one container per greenlet,
 driven over its attach socket by hand, one request at a time.
 
-Prints p50/p95 latency and throughput of each and their ratios.
+Prints p50/p95 latency and throughput of each and their ratios. With
+``--cpu-split N`` it then runs N more warm invocations of each warm runner at
+concurrency 4 and prints the CPU time each takes per invocation in this
+process, in the engine (dockerd and containerd), in the containers' shims
+and in the containers themselves, read from /proc: where the warm figure
+goes (the engine's figure includes any other work the engine does meanwhile).
 Targets: cold p50 ratio <= 1.10 and throughput at concurrency 4 >= 0.90 of
 the bare cold loop (#4); warm p50 <= 0.05 of the bare cold loop's and warm
 throughput at concurrency 4 >= 0.70 of the bare warm loop's (#19).
@@ -142,6 +147,68 @@ def bare_runner(client, image):
     return run
 
 
+_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def _stat(pid):
+    """(parent pid, CPU seconds of *pid* and its reaped children), or None when it is gone."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+    return int(fields[1]), sum(int(value) for value in fields[11:15]) / _TICKS
+
+
+def _processes():
+    """pid -> (parent pid, command name, CPU seconds) of every process on the machine."""
+    found = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and (stat := _stat(int(entry))) is not None:
+            try:
+                name = Path(f"/proc/{entry}/comm").read_text().strip()
+            except (FileNotFoundError, ProcessLookupError):
+                continue
+            found[int(entry)] = (stat[0], name, stat[1])
+    return found
+
+
+def _cpu_sample(roots):
+    """CPU seconds so far of the engine, of the shims of the containers whose main
+    processes are *roots*, and of those containers' processes."""
+    processes = _processes()
+    children = {}
+    for pid, (parent, _, _) in processes.items():
+        children.setdefault(parent, []).append(pid)
+    tree, stack = 0.0, list(roots)
+    while stack:
+        pid = stack.pop()
+        tree += processes.get(pid, (0, "", 0.0))[2]
+        stack += children.get(pid, [])
+    shims = {processes[pid][0] for pid in roots if pid in processes}
+    return {"engine": sum(cpu for _, name, cpu in processes.values() if name in ("dockerd", "containerd")),
+            "shims": sum(processes[pid][2] for pid in shims if pid in processes), "containers": tree}
+
+
+def cpu_split(client, runs, label_filters, count):
+    """CPU microseconds per invocation of each runner, split between this process, the
+    engine, the shims and the containers (the runner's, found by their label)."""
+    rows = {}
+    for name, run in runs.items():
+        ids = [container["Id"] for container in client.api.containers(filters={"label": label_filters[name]})]
+        roots = {client.api.inspect_container(container)["State"]["Pid"] for container in ids}
+        before, mine = _cpu_sample(roots), time.process_time()
+        measure(run, count, 4)
+        mine, after = time.process_time() - mine, _cpu_sample(roots)
+        rows[name] = {"relay": mine, **{key: after[key] - before[key] for key in before}}
+    print(f"CPU per invocation at concurrency 4, {count} invocations each (microseconds, /proc at {_TICKS} Hz):")
+    print(f"{'runner':>6} {'this process':>12} {'engine':>7} {'shims':>6} {'containers':>10} {'total':>6}")
+    for name, row in rows.items():
+        per = {key: value / count * 1e6 for key, value in row.items()}
+        print(f"{name:>6} {per['relay']:>12.0f} {per['engine']:>7.0f} {per['shims']:>6.0f} {per['containers']:>10.0f} "
+              f"{sum(per.values()):>6.0f}")
+    return rows
+
+
 def measure(run, count, concurrency):
     """Latencies (seconds) of *count* runs, *concurrency* at a time, and the wall time."""
     latencies = []
@@ -171,6 +238,8 @@ def main():
                         help="per warm runner and concurrency (default 600)")
     parser.add_argument("--rounds", type=int, default=4, help="interleaved rounds per measurement (default 4)")
     parser.add_argument("--keep-image", action="store_true", help="leave the benchmark image on the engine")
+    parser.add_argument("--cpu-split", type=int, default=0, metavar="N",
+                        help="then run N warm invocations of each warm runner and split their CPU time")
     report.add_option(parser)
     options = parser.parse_args()
 
@@ -225,6 +294,9 @@ def main():
             reported.extend(warm_results_of(concurrency, warm, bare, bwarm))
         for text, passed in verdicts:
             print(f"target {text}: {'met' if passed else 'MISSED'}")
+        if options.cpu_split:
+            cpu_split(client, {"warm": runners["warm"], "bwarm": runners["bwarm"]},
+                      {"warm": f"relay.hostname={hostname}", "bwarm": "relay.bench.warm=1"}, options.cpu_split)
         report.write(options.json, reported)
     finally:
         executor.warm.close()

@@ -32,7 +32,7 @@ def test_an_unanswered_create_leaves_its_name_with_the_leftovers():
     container = WarmContainer(api, function="f", image="relay-fn-f:0", version=None, hostname="h", output=None,
                               leftovers=leftovers)
     try:
-        container.start(command=("true",), env={}, host_config={}, line_prefix="", deadline=0)
+        container.start(command=("true",), env={}, host_config={}, prefix_parts=("f",), deadline=0)
     except RequestsConnectionError:
         pass
     assert container.broken and container.container_id is None

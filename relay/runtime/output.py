@@ -51,18 +51,21 @@ class Frames:
         self._buffer = bytearray()
 
     def feed(self, data):
-        self._buffer += data
+        if self._buffer:
+            self._buffer += data
+            data = bytes(self._buffer)
+            self._buffer.clear()
         frames = []
-        offset = 0
-        buffer = self._buffer
-        while len(buffer) - offset >= _HEADER.size:
-            stream, size = _HEADER.unpack_from(buffer, offset)
-            end = offset + _HEADER.size + size
-            if len(buffer) < end:
+        offset, total, header = 0, len(data), _HEADER.size
+        while total - offset >= header:
+            stream, size = _HEADER.unpack_from(data, offset)
+            end = offset + header + size
+            if end > total:
                 break
-            frames.append((stream, bytes(buffer[offset + _HEADER.size:end])))
+            frames.append((stream, data[offset + header:end]))
             offset = end
-        del buffer[:offset]
+        if offset < total:
+            self._buffer += data[offset:]
         return frames
 
     @property
@@ -117,21 +120,30 @@ class Lines:
 
 
 class PrefixedOutput:
-    """Writes each line to *output* after ``prefix``; the first error writing stops it and stays in ``failed``.
+    """Writes each line to *output* after its prefix; the first error writing stops it and stays in ``failed``.
 
     Relay's own output trouble (a closed stdout) never decides a handler's result: lines are dropped.
     """
 
     def __init__(self, output, line_prefix=""):
         self._output = output
-        self.prefix = line_prefix
+        self._prefix = line_prefix
+        self._parts = ()
         self.failed = None
+
+    def prefix_with(self, *parts):
+        """Prefix the lines from now on with ``prefix(*parts)``, made at the first one:
+        most invocations of a warm container write none."""
+        self._parts = parts
+        self._prefix = None
 
     def write(self, text):
         if self.failed is not None:
             return
+        if self._prefix is None:
+            self._prefix = prefix(*self._parts)
         try:
-            self._output.write(self.prefix + text + "\n")
+            self._output.write(self._prefix + text + "\n")
             self._output.flush()
         except (OSError, ValueError) as error:  # ValueError: the file is closed
             self.failed = error

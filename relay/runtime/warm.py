@@ -66,24 +66,32 @@ class MarkedLines:
         self._carry = b""
         found: list[bytes] = []
         while (at := data.find(MARKER)) >= 0:
-            self.lines.feed(data[:at])
-            self.lines.close()
+            if at:
+                self.lines.feed(data[:at])
+            self.lines.close()                     # text before a marker is a line of its own
             end = data.find(b"\n", at)
             if end < 0:
                 if len(data) - at > MARKER_LINE_LIMIT:
                     raise ProtocolBreak("a marker line without its end")
                 self._carry = data[at:]
                 return found
-            found.append(data[at + len(MARKER):end])
+            found.append(data[at + _MARKER_SIZE:end])
             data = data[end + 1:]
-        keep = _marker_prefix(data)
-        self.lines.feed(data[:len(data) - keep])
-        self._carry = data[len(data) - keep:]
+        if data:
+            keep = _marker_prefix(data)
+            self.lines.feed(data[:len(data) - keep] if keep else data)
+            self._carry = data[len(data) - keep:] if keep else b""
         return found
+
+
+_MARKER_SIZE = len(MARKER)
+_MARKER_BYTES = frozenset(MARKER)
 
 
 def _marker_prefix(data):
     """The length of the longest end of *data* that could begin a marker."""
+    if data[-1] not in _MARKER_BYTES:    # a line's end, most often
+        return 0
     for size in range(min(len(MARKER) - 1, len(data)), 0, -1):
         if data.endswith(MARKER[:size]):
             return size
@@ -116,9 +124,10 @@ class WarmContainer:
 
     # --- start --------------------------------------------------------------------
 
-    def start(self, *, command, env, host_config, user=USER, line_prefix, deadline):
-        """Create and start the container and wait for the bootstrap's ready marker."""
-        self._sink.prefix = line_prefix
+    def start(self, *, command, env, host_config, user=USER, prefix_parts, deadline):
+        """Create and start the container and wait for the bootstrap's ready marker;
+        what it writes meanwhile is prefixed with ``output.prefix(*prefix_parts)``."""
+        self._sink.prefix_with(*prefix_parts)
         try:
             created = self.api.create_container(
                 self.image, name=self.name, user=user, stdin_open=True, environment=dict(env),
@@ -141,14 +150,15 @@ class WarmContainer:
 
     # --- one invocation -----------------------------------------------------------
 
-    def invoke(self, handler, payload, line_prefix, deadline):
-        """Run *handler* on *payload*; True when it returned, False when it raised.
+    def invoke(self, handler, payload, prefix_parts, deadline):
+        """Run *handler* on *payload*, its output prefixed with ``output.prefix(*prefix_parts)``;
+        True when it returned, False when it raised.
 
         Raises DeadlineExceeded, ContainerExited, ProtocolBreak or an engine
         error; after any of them the container is broken and must be removed.
         """
         try:
-            self._sink.prefix = line_prefix
+            self._sink.prefix_with(*prefix_parts)
             self._seq += 1
             seq = str(self._seq).encode()
             self._expected = {STDOUT: None, STDERR: b"end " + seq}

@@ -36,7 +36,6 @@ from relay.durations import format_duration
 from relay.errors import ContainerExited, DeadlineExceeded, ExecutionError, ImageMissing, ProtocolBreak, RelayError
 from relay.runtime.containers import host_config
 from relay.runtime.invocation import Outcome, engine_error_text, is_unreachable
-from relay.runtime.output import prefix
 from relay.runtime.registry import runtime_for
 from relay.runtime.warm import WarmContainer
 
@@ -91,6 +90,7 @@ class WarmPool:
         self._host_configs = {}
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)
+        self._waiting = 0        # checkouts waiting on _changed for room: notified only when there are some
         self._idle = []          # WarmContainers, least recently used first
         self._members = {}       # Version → containers started, starting or running (not yet removed)
         self._latest = {}        # function → the Version asked for last
@@ -103,7 +103,7 @@ class WarmPool:
     def run(self, invocation):
         """Run *invocation* on a warm container; an Outcome, as Executor.run returns."""
         started = self._clock()
-        line_prefix = prefix(invocation.function, invocation.handler, invocation.message_id, invocation.event_id)
+        parts = (invocation.function, invocation.handler, invocation.message_id, invocation.event_id)
 
         def outcome(exit_code, **details):
             return Outcome(ok=exit_code == 0 and details.get("error") is None, exit_code=exit_code,
@@ -113,7 +113,7 @@ class WarmPool:
             return f'function "{invocation.function}" handler "{invocation.handler}": {text}'
 
         try:
-            container = self._checkout(Version.of(invocation), invocation, line_prefix)
+            container = self._checkout(Version.of(invocation), invocation, parts)
         except ImageMissing as error:
             self._on_image_missing(invocation.function, invocation.image)
             return outcome(None, engine_unavailable=True,
@@ -124,7 +124,7 @@ class WarmPool:
         done = None
         try:
             deadline = time.monotonic() + invocation.timeout / 1e9
-            done = container.invoke(invocation.handler, invocation.payload, line_prefix, deadline)
+            done = container.invoke(invocation.handler, invocation.payload, parts, deadline)
         except DeadlineExceeded:
             return outcome(None, timed_out=True, error=describe(
                 f"timed out after {format_duration(invocation.timeout)}; its warm container was removed"))
@@ -146,7 +146,7 @@ class WarmPool:
             return outcome(0)
         return outcome(1, error=describe("the handler failed in its warm container"))
 
-    def _checkout(self, version, invocation, line_prefix):
+    def _checkout(self, version, invocation, prefix_parts):
         """An idle container of *version* that is still alive, or a new one started for it."""
         deadline = time.monotonic() + self._start_timeout
         while True:
@@ -158,7 +158,7 @@ class WarmPool:
                 except (ContainerExited, ProtocolBreak, OSError) as error:
                     self._discard(container, f"it ended while idle: {error}")
             elif to_remove is None:
-                return self._start(version, invocation.env, line_prefix, deadline)
+                return self._start(version, invocation.env, prefix_parts, deadline)
             else:
                 for old, why in to_remove:
                     self._discard(old, why)
@@ -182,7 +182,12 @@ class WarmPool:
                     return None, None
                 if self._idle:
                     return None, [(self._idle.pop(0), "least recently used, to make room")]
-                if not self._changed.wait(timeout=max(0.0, deadline - time.monotonic())):
+                self._waiting += 1
+                try:
+                    room = self._changed.wait(timeout=max(0.0, deadline - time.monotonic()))
+                finally:
+                    self._waiting -= 1
+                if not room:
                     raise ExecutionError(f"no room for a warm container within {self._start_timeout:g}s")
 
     def _take_idle(self, version):
@@ -199,7 +204,7 @@ class WarmPool:
             self._idle.remove(container)
         return stale
 
-    def _start(self, version, env, line_prefix, deadline):
+    def _start(self, version, env, prefix_parts, deadline):
         if self._leases is not None:
             self._leases.acquire(version.image)
         container = WarmContainer(self._api, function=version.function, image=version.image, version=version,
@@ -207,7 +212,7 @@ class WarmPool:
         began = time.monotonic()
         try:
             container.start(command=runtime_for(version.runtime).warm_command, env=env,
-                            host_config=self._host_config(version.network), line_prefix=line_prefix,
+                            host_config=self._host_config(version.network), prefix_parts=prefix_parts,
                             deadline=deadline)
         except ImageNotFound:
             self._discard(container, "its image does not exist")
@@ -241,7 +246,8 @@ class WarmPool:
                 container.last_used = self._clock()
                 container.idle_limit = warm.idle / 1e9
                 self._idle.append(container)
-                self._changed.notify()
+                if self._waiting:
+                    self._changed.notify()
         if why is not None:
             self._discard(container, why)
 
@@ -335,7 +341,7 @@ class WarmPool:
                 self._latest.setdefault(version.function, version)
                 self._add_member(version)
             try:
-                container = self._start(version, env, prefix(version.function), time.monotonic() +
+                container = self._start(version, env, (version.function,), time.monotonic() +
                                         self._start_timeout)
             except (ExecutionError, DockerException, RequestException, OSError) as error:
                 log.warning("A warm container could not be prestarted", extra={
