@@ -119,7 +119,7 @@ def write_state(directory):
     sys.path.insert(0, str(ROOT))
     from relay.functions import load_function
     from relay.live.status import FunctionStatus
-    from relay.view.database import Counters, StateDatabase, Stats, now
+    from relay.view.database import Counters, FunctionStats, StateDatabase, Stats, now
     from relay.view.writer import function_record
 
     moment = now()
@@ -130,7 +130,7 @@ def write_state(directory):
     counters = Counters(events_processed=1200, handler_successes=1190, handler_failures=10, retries=8)
     database = StateDatabase(directory / "db.sqlite3")
     database.write(records, Stats(counters, pending_entries=3, updated_at=moment),
-                   {function.name: counters for function in functions})
+                   {function.name: FunctionStats(counters) for function in functions})
     database.close()
 
 

@@ -119,3 +119,14 @@ def test_startup_never_times_a_failing_command():
     assert startup.run([sys.executable, "-c", "pass"], {}) > 0
     with pytest.raises(SystemExit, match=r"exited 3; not timing a failing command:\n.*no Redis here"):
         startup.run([sys.executable, "-c", "import sys; print('no Redis here', file=sys.stderr); sys.exit(3)"], {})
+
+
+def test_startup_writes_a_state_database_the_commands_can_read(tmp_path):
+    """The state it times `function ls` and `stats` against is the current schema's."""
+    from relay.view.database import StateReader
+
+    startup.write_state(tmp_path)
+    reader = StateReader(tmp_path / "db.sqlite3")
+    names = [record.name for record in reader.functions()]
+    assert names and names == sorted(names)
+    assert reader.function_stats(names[0]).counters.events_processed == 1200
