@@ -16,6 +16,12 @@ concurrency), against a bare warm loop: the same image running a minimal
 resident reader (one line in, one line out), one container per greenlet,
 driven over its attach socket by hand, one request at a time.
 
+A third warm runner, for reference only, is the protocol's floor: Relay's
+warm containers (the resident bootstrap, hardened) driven by a minimal loop
+that sends a request and waits for both of its end markers, without
+Relay's pool, output forwarding or outcome: what the protocol itself costs
+against the bare warm loop.
+
 Prints p50/p95 latency and throughput of each and their ratios. With
 ``--cpu-split N`` it then runs N more warm invocations of each warm runner at
 concurrency 4 (no warm container replaced meanwhile) and prints the CPU time each takes per invocation in this
@@ -59,6 +65,8 @@ from relay.runtime.executor import Executor  # noqa: E402
 from relay.runtime.images import ImageBuilder  # noqa: E402
 from relay.runtime.invocation import Invocation  # noqa: E402
 from relay.runtime.leases import ImageLeases  # noqa: E402
+from relay.runtime.registry import runtime_for  # noqa: E402
+from relay.runtime.warm import MARKER, WarmContainer  # noqa: E402
 
 HANDLER = "handler.handler"
 PAYLOAD = b'{"event_id":"evt_1","event_name":"INSERT","table_name":"users","new_image":{"id":"user_1"}}'
@@ -121,6 +129,40 @@ class BareWarm:
         for container, handle in self.containers:
             handle.close()
             self.api.remove_container(container, force=True)
+
+
+class ProtocolFloor:
+    """Relay's warm containers driven by hand: request out, both end markers in, nothing else."""
+
+    def __init__(self, client, image, count, hostname):
+        self.containers, self.idle = [], Queue()
+        for _ in range(count):
+            container = WarmContainer(client.api, function="relay-bench-noop", image=image, version=None,
+                                      hostname=hostname, output=io.StringIO())
+            container.start(command=runtime_for("python3.14").warm_command, env={"API_URL": "http://x"},
+                            host_config=host_config(client.api), prefix_parts=("relay-bench-noop",),
+                            deadline=time.monotonic() + 30)
+            self.containers.append(container)
+            self.idle.put([container._sock, 0])
+
+    def run(self):
+        state = self.idle.get()
+        sock, state[1] = state[0], state[1] + 1
+        seq = str(state[1]).encode()
+        try:
+            sock.sendall(b"invoke %s %s %d\n" % (seq, HANDLER.encode(), len(PAYLOAD)) + PAYLOAD)
+            end, done, received = MARKER + b"end " + seq + b"\n", MARKER + b"done " + seq + b" ok\n", b""
+            while end not in received or done not in received:   # 8-byte frame headers between them
+                data = sock.recv(65536)
+                if not data:
+                    raise SystemExit("a warm container exited")
+                received += data
+        finally:
+            self.idle.put(state)
+
+    def close(self):
+        for container in self.containers:
+            container.remove()
 
 
 def bare_runner(client, image):
@@ -252,10 +294,12 @@ def main():
     pin = client.api.create_container(image, command=["true"], labels={"relay.bench.pin": "1"})["Id"]
     executor = Executor(client, hostname, io.StringIO(), leases=ImageLeases(), warm_capacity=4)
     bare_warm = BareWarm(client, image, 4)
+    floor = ProtocolFloor(client, image, 4, f"{hostname}-floor")
     runners = {"relay": relay_runner(executor, image), "bare": bare_runner(client, image),
-               "warm": relay_runner(executor, image, Warm(containers=4)), "bwarm": bare_warm.run}
+               "warm": relay_runner(executor, image, Warm(containers=4)), "bwarm": bare_warm.run,
+               "pwarm": floor.run}
     counts = {"relay": options.invocations, "bare": options.invocations, "warm": options.warm_invocations,
-              "bwarm": options.warm_invocations}
+              "bwarm": options.warm_invocations, "pwarm": options.warm_invocations}
     verdicts = []
     reported = []
     try:
@@ -276,13 +320,15 @@ def main():
                 figures[name] = (statistics.median(latencies), percentile(latencies, 0.95), len(latencies) / wall)
                 p50, p95, rate = figures[name]
                 print(f"{concurrency:>11} {name:>6} {p50 * 1000:>8.1f} {p95 * 1000:>8.2f} {rate:>7.2f}")
-            relay, bare, warm, bwarm = (figures[name] for name in ("relay", "bare", "warm", "bwarm"))
+            relay, bare, warm, bwarm, pwarm = (figures[name] for name in ("relay", "bare", "warm", "bwarm", "pwarm"))
             ratios = tuple(relay[index] / bare[index] for index in range(3))
             print(f"{concurrency:>11} {'ratio':>6} {ratios[0]:>8.3f} {ratios[1]:>8.3f} {ratios[2]:>7.3f}")
             warm_p50 = warm[0] / bare[0]
             warm_rate = warm[2] / bwarm[2]
             print(f"{concurrency:>11} {'warm':>6} p50 {warm_p50:.4f} of the bare cold loop's; "
                   f"throughput {warm_rate:.3f} of the bare warm loop's, {warm[2] / relay[2]:.1f}x Relay cold")
+            print(f"{concurrency:>11} {'floor':>6} the protocol driven by hand: throughput {pwarm[2] / bwarm[2]:.3f} "
+                  f"of the bare warm loop's; Relay warm {warm[2] / pwarm[2]:.3f} of it")
             verdicts.append((f"p50 ratio at concurrency {concurrency} <= 1.10", ratios[0] <= 1.10))
             verdicts.append((f"warm p50 at concurrency {concurrency} <= 0.05 of the bare cold loop's",
                              warm_p50 <= 0.05))
@@ -292,16 +338,21 @@ def main():
                                  warm_rate >= 0.70))
             reported.extend(results_of(concurrency, relay, bare, ratios))
             reported.extend(warm_results_of(concurrency, warm, bare, bwarm))
+            reported.append(report.Result("invoke.py", f"warm protocol driven by hand, throughput, concurrency "
+                                          f"{concurrency}", pwarm[2], "invocations/s", bwarm[2], "bare warm loop",
+                                          pwarm[2] / bwarm[2]))
         for text, passed in verdicts:
             print(f"target {text}: {'met' if passed else 'MISSED'}")
         if options.cpu_split:
             steady = relay_runner(executor, image, Warm(containers=4, max_invocations=10**9))  # none replaced
-            cpu_split(client, {"warm": steady, "bwarm": runners["bwarm"]},
-                      {"warm": f"relay.hostname={hostname}", "bwarm": "relay.bench.warm=1"}, options.cpu_split)
+            cpu_split(client, {"warm": steady, "pwarm": floor.run, "bwarm": runners["bwarm"]},
+                      {"warm": f"relay.hostname={hostname}", "pwarm": f"relay.hostname={hostname}-floor",
+                       "bwarm": "relay.bench.warm=1"}, options.cpu_split)
         report.write(options.json, reported)
     finally:
         executor.warm.close()
         bare_warm.close()
+        floor.close()
         client.api.remove_container(pin, force=True)
         leftovers = client.api.containers(all=True, filters={"label": f"relay.hostname={hostname}"})
         if leftovers:
