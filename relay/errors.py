@@ -115,8 +115,7 @@ class ContainerExited(ExecutionError):
 
 
 class ImageMissing(ExecutionError):
-    """The function's image is gone from the engine (removed outside Relay, or by a
-    concurrent build's clean-up); the invocation is not charged and the image is rebuilt."""
+    """The function's image is gone from the engine: the invocation is not charged, the image is rebuilt."""
 
     def __init__(self, image):
         super().__init__(f"image {image} does not exist")
