@@ -26,6 +26,7 @@ Commands:
   function    List the loaded functions or inspect one.
   secret      List, set or remove secrets in the local store.
   git         Sync /functions from a git repository over SSH.
+  dlq         Inspect dead-lettered entries, send them back or delete them.
 
 Options:
   -h --help   Show this help.
@@ -101,6 +102,30 @@ Options:
   --path=<path>            Directory of the repository that holds the functions.
   --webhook-secret=<name>  Secret that signs GitHub webhook deliveries.
 """,
+    "dlq": """\
+Inspect the dead-letter stream, send entries back to the stream, or delete them.
+
+Usage:
+  relay dlq ls [--limit=<n>] [--function=<name>] [--since=<duration>] [--json]
+  relay dlq show <dlq-id> [--json]
+  relay dlq redrive (<dlq-id>... | --all) [--function=<name>] [--dry-run]
+  relay dlq purge (<dlq-id>... | --all | --before=<duration>) [--yes]
+  relay dlq (-h | --help)
+
+Options:
+  --limit=<n>          Keep the newest n entries.
+  --function=<name>    Only entries whose reason names this function.
+  --since=<duration>   Only entries dead-lettered within this long (e.g. 30m, 24h).
+  --before=<duration>  The entries dead-lettered longer ago than this.
+  --json               Every field as JSON: one object per line for ls.
+  --dry-run            Print what would be sent back; change nothing.
+  --yes                Delete without asking (required without a terminal).
+
+Reads REDIS_URI and REDIS_STREAM: the dead-letter stream is
+relay:<REDIS_STREAM>:dlq. 'redrive' adds each entry's event to the stream
+as a new entry (with redriven_from=<dlq-id>) and deletes it from the
+dead-letter stream in one atomic step; it starts with fresh attempts.
+""",
 }
 
 # The module that implements each administrative command; its run(args) is
@@ -111,6 +136,7 @@ ADMIN_COMMANDS = {
     "function": "relay.commands.function",
     "secret": "relay.commands.secret",
     "git": "relay.commands.git",
+    "dlq": "relay.commands.dlq",
 }
 
 

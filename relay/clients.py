@@ -1,12 +1,10 @@
 """Connections to Relay's two dependencies, with errors that say what failed.
 
-Importing this module imports redis and docker: only ``relay start`` and
-``relay health`` use it.
+Importing this module imports redis; docker-py is imported by
+``connect_docker``, so ``relay dlq`` (Redis only) does not load it.
 """
 
-import docker
 import redis
-from docker.errors import DockerException
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
@@ -49,6 +47,9 @@ def ping_redis(client, settings):
 
 def connect_docker(docker_env):
     """A Docker client from the DOCKER_* variables in *docker_env*; pings the engine."""
+    import docker
+    from docker.errors import DockerException
+
     where = docker_env.get("DOCKER_HOST", "unix:///var/run/docker.sock")
     try:
         client = docker.from_env(environment=dict(docker_env), version="auto", timeout=CONNECT_TIMEOUT)

@@ -100,6 +100,11 @@ def load_redis_settings(environ):
     return parse_redis_uri(_required(environ, "REDIS_URI"))
 
 
+def load_stream(environ):
+    """REDIS_STREAM, for the commands that need the stream but not the rest of ``start``'s settings."""
+    return _required(environ, "REDIS_STREAM")
+
+
 def load_docker_env(environ):
     """The Docker client variables, handed untouched to docker-py."""
     return MappingProxyType({name: environ[name] for name in DOCKER_VARIABLES if environ.get(name)})

@@ -19,6 +19,7 @@ must not crash (the start, a command, a dispatch) catches one class:
             ContainerExited
             ImageMissing
         SecretError             the secret store
+        DeadLetterError         a ``relay dlq`` command
         StateError              the state database
         UnknownFunction         a name the state database does not know
         GitSyncError            a ``relay git`` command
@@ -124,6 +125,10 @@ class ImageMissing(ExecutionError):
 
 class SecretError(RelayError):
     """A secret is missing, unreadable, unusable or has an invalid name."""
+
+
+class DeadLetterError(RelayError):
+    """A dead-letter entry that is not there, or cannot be sent back."""
 
 
 # --- the state view -------------------------------------------------------------------

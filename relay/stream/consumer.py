@@ -31,7 +31,7 @@ from redis.typing import KeyT, StreamIdT
 from relay.config import DEFAULT_MAX_EVENT_BYTES
 from relay.stream import seams
 from relay.stream.group import ensure_group, is_missing_group
-from relay.stream.keys import StreamAddress
+from relay.stream.keys import REDRIVEN_FROM_FIELD, StreamAddress
 from relay.stream.plans import plan_entry
 from relay.stream.resilience import Outage
 from relay.stream.verdict import Cause, decide_settlement
@@ -236,6 +236,9 @@ class Consumer:
                           extra={"message_id": message_id})
                 self.buffer.release()
                 continue
+            if fields and REDRIVEN_FROM_FIELD in fields:
+                log.info("Redriven entry received", extra={
+                    "message_id": message_id, "redriven_from": fields[REDRIVEN_FROM_FIELD].decode("utf-8", "replace")})
             plan = plan_entry(message_id, fields, rules, waiting, self.max_event_bytes)
             events += plan.is_event
             settlement = decide_settlement(plan)

@@ -25,6 +25,8 @@ EVENT = "event"          # the event JSON
 SCHEDULE = "schedule"    # set on a schedule occurrence: its occurrence id
 EVENT_FIELD = EVENT.encode()        # as redis-py returns them
 SCHEDULE_FIELD = SCHEDULE.encode()
+REDRIVEN_FROM = "redriven_from"    # set by ``relay dlq redrive``: the dead-letter entry it came from
+REDRIVEN_FROM_FIELD = REDRIVEN_FROM.encode()
 
 
 # --- invocation state -----------------------------------------------------------------

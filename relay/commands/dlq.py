@@ -1,0 +1,227 @@
+"""``relay dlq ls | show | redrive | purge``: the dead-letter stream, for an operator.
+
+They read REDIS_URI and REDIS_STREAM (the dead-letter stream is
+``relay:<REDIS_STREAM>:dlq``) and need neither Docker nor gevent. Any
+problem -- Redis unreachable, an id that is not there -- is one line on
+stderr and exit status 1, with nothing changed.
+"""
+
+import base64
+import json
+import os
+import shutil
+import sys
+import time
+
+import redis
+
+from relay.errors import RelayError
+
+REDRIVE_CHUNK = 100  # entries sent back per script: each chunk is one atomic step
+
+
+def run(args, environ=None, stdin=None, stdout=None):
+    """Run one ``relay dlq`` command from docopt's *args*; return the exit code."""
+    environ = os.environ if environ is None else environ
+    stdin = sys.stdin if stdin is None else stdin
+    stdout = sys.stdout if stdout is None else stdout
+    command = next(word for word in ("ls", "show", "redrive", "purge") if args[word])
+    try:
+        letters = _connect(environ)
+        if command == "ls":
+            return _ls(letters, args, stdout)
+        if command == "show":
+            return _show(letters, args, stdout)
+        if command == "redrive":
+            return _redrive(letters, args, stdout)
+        return _purge(letters, args, stdin, stdout)
+    except RelayError as error:
+        print(f"relay dlq {command}: {error}", file=sys.stderr)
+        return 1
+    except redis.RedisError as error:
+        print(f"relay dlq {command}: Redis failed: {error}; nothing more was changed", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print(f"\nrelay dlq {command}: interrupted", file=sys.stderr)
+        return 130
+
+
+def _connect(environ):
+    from relay.clients import connect_redis, ping_redis
+    from relay.config import load_redis_settings, load_stream
+    from relay.stream.deadletters import DeadLetters
+
+    settings = load_redis_settings(environ)
+    stream = load_stream(environ)
+    client = connect_redis(settings)
+    ping_redis(client, settings)
+    return DeadLetters(client, stream)
+
+
+# --- ls, show ---------------------------------------------------------------------------
+
+
+def _ls(letters, args, stdout):
+    from relay.stream.deadletters import since
+
+    limit = _positive(args["--limit"], "--limit") if args["--limit"] is not None else None
+    since_ms = since(_duration(args["--since"], "--since")) if args["--since"] else None
+    found = letters.newest(limit=limit, function=args["--function"], since_ms=since_ms)
+    if args["--json"]:
+        for letter in found:
+            stdout.write(json.dumps(_record(letter), ensure_ascii=False) + "\n")
+        return 0
+    now_ms = time.time() * 1000
+    rows = [(letter.dlq_id, letter.original_id or "-", _age(now_ms - letter.dead_lettered_ms),
+             "-" if letter.attempts is None else str(letter.attempts), ",".join(letter.targets) or "-",
+             _one_line(letter.reason)) for letter in found]
+    header = ("DLQ ID", "ORIGINAL ID", "AGE", "ATTEMPTS", "FUNCTION", "REASON")
+    widths = [max(len(row[column]) for row in [header, *rows]) for column in range(5)]
+    room = shutil.get_terminal_size().columns if stdout.isatty() else None
+    for row in [header, *rows]:
+        line = "  ".join(value.ljust(width) for value, width in zip(row, widths, strict=False)) + "  " + row[5]
+        if room is not None and len(line) > room:
+            line = line[:max(room - 3, 0)] + "..."
+        stdout.write(line.rstrip() + "\n")
+    return 0
+
+
+def _show(letters, args, stdout):
+    [letter] = letters.get([args["<dlq-id>"][0]])
+    if args["--json"]:
+        stdout.write(json.dumps(_record(letter), ensure_ascii=False, indent=2) + "\n")
+        return 0
+    age = _age(time.time() * 1000 - letter.dead_lettered_ms)
+    lines = [("DLQ ID", letter.dlq_id), ("Original stream", letter.original_stream),
+             ("Original ID", letter.original_id), ("Group", letter.group), ("Consumer", letter.consumer),
+             ("Dead-lettered", f"{letter.timestamp} ({age} ago)"),
+             ("Attempts", "-" if letter.attempts is None else str(letter.attempts)),
+             ("Functions", ", ".join(letter.targets) or "-"), ("Reason", _one_line(letter.reason))]
+    if letter.truncated:
+        lines.append(("Truncated", f"yes: the event had {letter.event_bytes} bytes; the first "
+                                   f"{len(letter.event)} are kept"))
+    for name, value in lines:
+        stdout.write(f"{name + ':':<17}{value}\n")
+    stdout.write("Event:\n" + _pretty(letter.event) + "\n")
+    return 0
+
+
+# --- redrive, purge ---------------------------------------------------------------------
+
+
+def _redrive(letters, args, stdout):
+    if args["--all"]:
+        chosen = letters.newest(function=args["--function"])
+        cut = [letter for letter in chosen if letter.truncated]
+        ids = [letter.dlq_id for letter in chosen if not letter.truncated]
+        if cut:
+            stdout.write(f"skipping {_entries(len(cut))} whose event was too big to keep whole: "
+                         f"{', '.join(letter.dlq_id for letter in cut)}\n")
+    else:
+        chosen = letters.get(args["<dlq-id>"])
+        if args["--function"]:
+            chosen = [letter for letter in chosen if args["--function"] in letter.functions]
+        ids = [letter.dlq_id for letter in chosen]
+    if args["--dry-run"]:
+        for dlq_id in ids:
+            stdout.write(f"would redrive {dlq_id} to {letters.stream}\n")
+        stdout.write(f"would redrive {_entries(len(ids))}\n")
+        return 0
+    done = 0
+    for start in range(0, len(ids), REDRIVE_CHUNK):
+        for dlq_id, new_id in letters.redrive(ids[start:start + REDRIVE_CHUNK]):
+            stdout.write(f"{dlq_id} -> {letters.stream} {new_id}\n")
+            done += 1
+    stdout.write(f"redriven {_entries(done)}\n")
+    return 0
+
+
+def _purge(letters, args, stdin, stdout):
+    from relay.stream.deadletters import since
+
+    if args["--all"]:
+        ids = [letter.dlq_id for letter in letters.newest()]
+    elif args["--before"]:
+        cutoff = since(_duration(args["--before"], "--before"))
+        ids = [letter.dlq_id for letter in letters.newest() if letter.dead_lettered_ms < cutoff]
+    else:
+        ids = [letter.dlq_id for letter in letters.get(args["<dlq-id>"])]
+    if ids and not args["--yes"]:
+        if not stdin.isatty():
+            raise _refusal(f"would delete {_entries(len(ids))} from {letters.key}; add --yes to do it "
+                           f"without a terminal")
+        stdout.write(f"Delete {_entries(len(ids))} from {letters.key}? [y/N] ")
+        stdout.flush()
+        if stdin.readline().strip().lower() not in ("y", "yes"):
+            stdout.write("nothing was deleted\n")
+            return 1
+    stdout.write(f"purged {_entries(letters.purge(ids))}\n")
+    return 0
+
+
+# --- helpers ----------------------------------------------------------------------------
+
+
+def _record(letter):
+    """Every field of *letter* as JSON values; an event that is not UTF-8 goes as base64."""
+    record = {"dlq_id": letter.dlq_id, "original_id": letter.original_id,
+              "original_stream": letter.original_stream, "group": letter.group, "consumer": letter.consumer,
+              "reason": letter.reason, "attempts": letter.attempts, "timestamp": letter.timestamp,
+              "targets": list(letter.targets), "truncated": letter.truncated, "event_bytes": letter.event_bytes}
+    try:
+        record["event"] = letter.event.decode("utf-8")
+    except UnicodeDecodeError:
+        record["event_base64"] = base64.b64encode(letter.event).decode("ascii")
+    return record
+
+
+def _pretty(event):
+    try:
+        text = event.decode("utf-8")
+    except UnicodeDecodeError:
+        return f"(not UTF-8; {len(event)} bytes) {event[:200]!r}"
+    try:
+        return json.dumps(json.loads(text), indent=2, ensure_ascii=False)
+    except (ValueError, RecursionError):
+        return text
+
+
+def _one_line(text):
+    return " ".join(text.split())
+
+
+def _age(milliseconds):
+    seconds = max(0, int(milliseconds // 1000))
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{seconds // size}{unit}"
+    return f"{seconds}s"
+
+
+def _entries(count):
+    return f"{count} {'entry' if count == 1 else 'entries'}"
+
+
+def _positive(text, option):
+    if not text.isdigit() or int(text) < 1:
+        raise _refusal(f"{option}={text!r} is not a positive whole number")
+    return int(text)
+
+
+def _duration(text, option):
+    from relay.durations import parse_duration
+    from relay.errors import DurationError
+
+    try:
+        value = parse_duration(text)
+    except DurationError as error:
+        raise _refusal(f"{option}: {error}") from None
+    if value <= 0:
+        raise _refusal(f"{option}={text!r} must be a positive duration, like 30m or 24h")
+    return value
+
+
+def _refusal(text):
+    from relay.errors import DeadLetterError
+
+    return DeadLetterError(text)
