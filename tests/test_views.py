@@ -73,7 +73,7 @@ def test_function_ls_ages_pending_rows_and_long_names():
     ]
     assert render_function_list(sorted(rows, key=lambda row: row.name), NOW) == (
         "NAME                                  RUNTIME      STATUS    HANDLERS   UPDATED\n"
-        "a-function-name-that-is-rather-long   node24       ready     2          2026-07-30\n"
+        "a-function-name-that-is-rather-long   node24       ready     1          2026-07-30\n"
         "nightly                               python3.14   ready     0          2h ago\n"
         "reports                               python3.14   pending   12         3m ago\n"
         "weekly                                python3.14   ready     0          5d ago\n")
@@ -382,3 +382,15 @@ def test_the_real_commands_read_the_fixed_path_with_relay_and_redis_down(tmp_pat
     assert "Pending entries:     17\nOldest pending age:  2m14s\n" in stats.stdout
     unknown = view_command(state, "function", "inspect", "nope")
     assert unknown.returncode == 1 and unknown.stdout == "" and 'unknown function "nope"' in unknown.stderr
+
+
+def test_function_ls_counts_event_handlers_only_as_the_reference_does():
+    """The reference lists user-events-python (three event handlers, two schedules) with HANDLERS 3."""
+    from dataclasses import replace
+
+    from relay.view.database import SCHEDULE
+
+    scheduled = replace(USER_EVENTS, handlers=(*USER_EVENTS.handlers,
+                                               HandlerRecord("jobs.nightly.handler", "1m", SCHEDULE, "0 2 * * *"),
+                                               HandlerRecord("jobs.hourly.handler", "1m", SCHEDULE, "0 * * * *")))
+    assert render_function_list([scheduled], NOW).splitlines()[1].split()[3] == "3"

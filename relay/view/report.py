@@ -52,7 +52,7 @@ def now():
 
 
 def render_function_list(records, now):
-    rows = [(record.name, record.runtime, record.status, str(len(record.handlers)),
+    rows = [(record.name, record.runtime, record.status, str(len(record.events)),
              age(record.prepared_at or record.updated_at, now)) for record in records]
     widths = [max([minimum, *(len(row[index]) + 3 for row in rows)]) if minimum else 0
               for index, (_title, minimum) in enumerate(_LS_COLUMNS)]
