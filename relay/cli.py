@@ -27,6 +27,7 @@ Commands:
   secret      List, set or remove secrets in the local store.
   git         Sync /functions from a git repository over SSH.
   dlq         Inspect dead-lettered entries, send them back or delete them.
+  validate    Check a functions directory offline, every problem at once.
 
 Options:
   -h --help   Show this help.
@@ -126,6 +127,24 @@ relay:<REDIS_STREAM>:dlq. 'redrive' adds each entry's event to the stream
 as a new entry (with redriven_from=<dlq-id>) and deletes it from the
 dead-letter stream in one atomic step; it starts with fresh attempts.
 """,
+    "validate": """\
+Check a functions directory as 'relay start' would load it, without Redis or Docker.
+
+Usage:
+  relay validate [<dir>] [--json]
+  relay validate (-h | --help)
+
+Options:
+  --json   One JSON document: the directory, the number of functions, whether
+           all are valid, and every finding with its function, file, field and
+           severity.
+
+<dir> defaults to /functions. Every function directory is loaded as Relay
+loads it (name, template, links), and its handler modules and dependency
+manifests are checked; a secret the local store lacks is a warning. Prints
+every problem with its file and field, then a summary. Exits 0 when there
+is no error, 1 otherwise.
+""",
 }
 
 # The module that implements each administrative command; its run(args) is
@@ -137,6 +156,7 @@ ADMIN_COMMANDS = {
     "secret": "relay.commands.secret",
     "git": "relay.commands.git",
     "dlq": "relay.commands.dlq",
+    "validate": "relay.commands.validate",
 }
 
 

@@ -42,6 +42,7 @@ class Runtime:
     installers: tuple          # tried in order; the first whose trigger exists wins
     bootstrap: str             # a file in relay/runtime/bootstraps/
     interpreter: tuple         # the command line before the bootstrap's path
+    module_files: tuple = ()   # where the bootstrap looks for module a.b: "a/b" + each of these, in order
     default_files: MappingProxyType = field(default_factory=lambda: MappingProxyType({}))
 
     @property
@@ -60,6 +61,11 @@ class Runtime:
         (the attached stdin, moved there by the shell) with /dev/null as the handlers' stdin."""
         line = " ".join((*self.interpreter, self.bootstrap_path, "--warm"))
         return ("/bin/sh", "-c", f"exec {line} 3<&0 </dev/null")
+
+    def module_paths(self, module):
+        """The files, relative to the function's directory, that the bootstrap loads module *module* from."""
+        base = module.replace(".", "/")
+        return tuple(base + ending for ending in self.module_files)
 
     def installer_for(self, directory):
         """The installer for the manifests in *directory*, or None when it has none."""
@@ -85,6 +91,7 @@ RUNTIMES = MappingProxyType({
         installers=(_PIP,),
         bootstrap="relay_bootstrap.py",
         interpreter=("python", "-u", "-B"),  # unbuffered output, no .pyc on a read-only root
+        module_files=(".py", "/__init__.py"),
     ),
     "node24": Runtime(
         name="node24",
@@ -92,6 +99,7 @@ RUNTIMES = MappingProxyType({
         installers=(_NPM_CI, _NPM_INSTALL),
         bootstrap="relay_bootstrap.mjs",
         interpreter=("node",),
+        module_files=(".js", ".mjs", ".cjs"),
         # Without a package.json, Node would read .js files as CommonJS.
         default_files=MappingProxyType({"package.json": b'{"type":"module"}\n'}),
     ),
