@@ -28,6 +28,7 @@ Commands:
   git         Sync /functions from a git repository over SSH.
   dlq         Inspect dead-lettered entries, send them back or delete them.
   validate    Check a functions directory offline, every problem at once.
+  match       Show which handlers an event would run, offline.
 
 Options:
   -h --help   Show this help.
@@ -145,6 +146,23 @@ manifests are checked; a secret the local store lacks is a warning. Prints
 every problem with its file and field, then a summary. Exits 0 when there
 is no error, 1 otherwise.
 """,
+    "match": """\
+Show which handlers an event would run, in order, without Redis or Docker.
+
+Usage:
+  relay match [<dir>] [--event=<file>] [--explain]
+  relay match (-h | --help)
+
+Options:
+  --event=<file>  The event, one JSON object; - (the default) reads it from
+                  standard input.
+  --explain       Also show every rule that does not match, with the first
+                  field that fails and why.
+
+<dir> defaults to /functions. The event is read and matched as the consumer
+does. Exits 0 when at least one handler matches, 3 when none does, 1 when
+the event or the directory cannot be read.
+""",
 }
 
 # The module that implements each administrative command; its run(args) is
@@ -157,6 +175,7 @@ ADMIN_COMMANDS = {
     "git": "relay.commands.git",
     "dlq": "relay.commands.dlq",
     "validate": "relay.commands.validate",
+    "match": "relay.commands.match",
 }
 
 

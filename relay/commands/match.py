@@ -1,0 +1,62 @@
+"""``relay match [<dir>]``: which handlers an event would run, offline.
+
+The event (one JSON object, from --event=<file> or standard input) is read
+and matched exactly as the consumer does (relay.stream.plans); functions
+are loaded as ``relay start`` loads them, and one that does not load is
+skipped with a line on stderr (``relay validate`` says why). Neither Redis
+nor Docker is needed.
+"""
+
+import sys
+from pathlib import Path
+
+MATCHED, NONE_MATCHED, FAILED = 0, 3, 1
+
+
+def run(args, stdin=None, stdout=None):
+    """Run ``relay match`` from docopt's *args*; 0 when a handler matches, 3 when none does, 1 on an error."""
+    from relay.errors import TemplateError
+    from relay.functions import load_function
+    from relay.functions.explain import first_mismatch
+    from relay.functions.rules import Rules
+    from relay.live.catalog import ActiveFunction
+    from relay.live.loading import function_names
+    from relay.stream.keys import EVENT_FIELD
+    from relay.stream.plans import plan_entry
+
+    stdin = sys.stdin if stdin is None else stdin
+    stdout = sys.stdout if stdout is None else stdout
+    root = Path(args["<dir>"] or "/functions")
+    source = args["--event"] or "-"
+    try:
+        raw = stdin.buffer.read() if source == "-" else Path(source).read_bytes()
+    except OSError as error:
+        print(f"relay match: cannot read the event from {source}: {error.strerror or error}", file=sys.stderr)
+        return FAILED
+    if not root.is_dir():
+        print(f"relay match: {root} is not a directory", file=sys.stderr)
+        return FAILED
+    functions = []
+    for name in function_names(root):
+        try:
+            functions.append(ActiveFunction(load_function(root / name), image=""))
+        except TemplateError as error:
+            first = str(error).splitlines()[0]
+            print(f"relay match: skipped {name}: {first} (see 'relay validate {root}')", file=sys.stderr)
+    plan = plan_entry("0-0", {EVENT_FIELD: raw}, Rules(functions))
+    if plan.problem:
+        print(f"relay match: {plan.problem}; Relay would dead-letter this entry", file=sys.stderr)
+        return FAILED
+    for target in plan.targets:
+        stdout.write(f"{target.active.name}  {target.rule.handler}\n")
+    if args["--explain"]:
+        matched = {id(target.rule) for target in plan.targets}
+        for active in functions:
+            for index, rule in enumerate(active.function.template.rules):
+                if id(rule) not in matched:
+                    why = first_mismatch(rule.pattern.source, plan.event)
+                    stdout.write(f"no match: {active.name}  {rule.handler} (events[{index}]): {why}\n")
+    if not plan.targets:
+        print(f"relay match: no handler in {root} matches this event", file=sys.stderr)
+        return NONE_MATCHED
+    return MATCHED

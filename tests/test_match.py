@@ -1,0 +1,62 @@
+"""``relay match``: which handlers an event would run, read and matched as the consumer does (no Redis, no Docker)."""
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from relay.functions.explain import first_mismatch
+from tests.support.relay_process import base_env, run_relay
+from tests.support.workers import write_function
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "functions"
+INSERT = {"event_id": "evt_1", "event_name": "INSERT", "table_name": "users", "new_image": {"id": "u1"}}
+
+
+def match(*args, event=None):
+    return run_relay("match", *args, env=base_env(), input=None if event is None else json.dumps(event))
+
+
+def test_the_matching_handlers_in_order(tmp_path):
+    result = match(str(EXAMPLES), event=INSERT)
+    assert result.returncode == 0 and result.stderr == ""
+    assert result.stdout == "user-events-python  events.created.handler\nwelcome-email-node  handler.handler\n"
+
+
+def test_explain_names_the_first_field_that_failed(tmp_path):
+    event_file = tmp_path / "event.json"
+    event_file.write_text(json.dumps({**INSERT, "table_name": "orders"}))
+    result = match(str(EXAMPLES), f"--event={event_file}", "--explain")
+    assert result.returncode == 3 and "no handler" in result.stderr
+    lines = result.stdout.splitlines()
+    assert ('no match: user-events-python  events.created.handler (events[0]): '
+            'table_name: "orders" is not one of ["users"]') in lines
+    assert 'no match: user-events-python  events.updated.handler (events[1]): ' \
+           'event_name: "INSERT" is not one of ["MODIFY"]' in lines
+    assert len(lines) == 4
+
+
+def test_an_event_relay_would_dead_letter_and_an_unloadable_function(tmp_path):
+    root = tmp_path / "functions"
+    shutil.copytree(EXAMPLES, root)
+    write_function(root, "broken", "runtime: python3.14\nevents: []\n", {})
+    result = match(str(root), event=INSERT)
+    assert result.returncode == 0
+    assert result.stderr.startswith("relay match: skipped broken: ")
+    bad = run_relay("match", str(root), env=base_env(), input="[1, 2]")
+    assert bad.returncode == 1
+    assert bad.stderr.endswith("the event is a JSON list, not an object; Relay would dead-letter this entry\n")
+
+
+@pytest.mark.parametrize(("pattern", "event", "why"), [
+    ({"table_name": ["users"]}, {"table_name": "orders"}, 'table_name: "orders" is not one of ["users"]'),
+    ({"table_name": ["users"]}, {}, 'table_name: is missing; the pattern wants ["users"]'),
+    ({"new_image": {"status": ["paid"], "total": {"gt": [10]}}}, {"new_image": {"status": "paid", "total": 3}},
+     'new_image.total: 3 does not satisfy {"gt": [10]}'),
+    ({"new_image": {"status": ["paid"]}}, {"new_image": "x"}, 'new_image: "x" does not satisfy {"status": ["paid"]}'),
+    ({"a": ["x"], "b": ["y"]}, {"a": "x", "b": "z"}, 'b: "z" is not one of ["y"]'),
+    ({"a": ["x"]}, {"a": "x"}, None),
+])
+def test_first_mismatch(pattern, event, why):
+    assert first_mismatch(pattern, event) == why
