@@ -4,6 +4,7 @@ mount namespace (no Redis, Docker or /functions anywhere)."""
 
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import pytest
 
@@ -367,7 +368,9 @@ def test_the_real_commands_read_the_fixed_path_with_relay_and_redis_down(tmp_pat
     state = tmp_path / "state"
     state.mkdir()
     empty = view_command(state, "stats")
-    assert (empty.returncode, empty.stderr) == (0, "")
+    assert empty.returncode == 0 and empty.stderr.count("\n") == 1
+    assert empty.stderr.startswith("relay stats: there is no state database at /var/lib/relay/db.sqlite3: Relay "
+                                   "has not run on this host")
     assert empty.stdout.endswith("Updated:             never\n") and not (state / "db.sqlite3").exists()
 
     write_database(state / "db.sqlite3", Stats(STATS, 17, 134.0, datetime.now(UTC)))
@@ -394,3 +397,41 @@ def test_function_ls_counts_event_handlers_only_as_the_reference_does():
                                                HandlerRecord("jobs.nightly.handler", "1m", SCHEDULE, "0 2 * * *"),
                                                HandlerRecord("jobs.hourly.handler", "1m", SCHEDULE, "0 * * * *")))
     assert render_function_list([scheduled], NOW).splitlines()[1].split()[3] == "3"
+
+
+def test_without_a_database_the_reports_are_empty_and_one_line_says_why(tmp_path, capsys):
+    path = tmp_path / "db.sqlite3"
+    assert function_command.run({"ls": True, "<name>": None}, path) == 0
+    assert stats_command.run({}, path) == 0
+    captured = capsys.readouterr()
+    assert captured.out.startswith("NAME                  RUNTIME      STATUS    HANDLERS   UPDATED\n")
+    assert captured.out.endswith("Updated:             never\n")
+    assert captured.err.splitlines() == [
+        f"relay function ls: there is no state database at {path}: Relay has not run on this host, or it runs in "
+        f"a container (run the command there)",
+        f"relay stats: there is no state database at {path}: Relay has not run on this host, or it runs in "
+        f"a container (run the command there)"]
+
+
+@pytest.mark.parametrize("command", ["stats", "function ls", "function inspect x"])
+def test_a_database_this_user_may_not_read_is_one_line_not_a_traceback(tmp_path, command):
+    """As on the shipped unit: DynamicUser, StateDirectoryMode=0700, an operator who is not root."""
+    import subprocess
+    import sys
+
+    state = tmp_path / "state"
+    state.mkdir()
+    write_database(state / "db.sqlite3")
+    state.chmod(0o700)
+    tmp_path.chmod(0o755)
+    words = command.split()
+    args = ({} if words[0] == "stats" else {"ls": words[1] == "ls", "<name>": words[2] if len(words) > 2 else None})
+    probe = (f"import sys; from relay.commands import {words[0]} as c; "
+             f"sys.exit(c.run({args!r}, {str(state / 'db.sqlite3')!r}))")
+    result = subprocess.run(["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", sys.executable,
+                             "-c", probe], cwd=Path(__file__).resolve().parent.parent, capture_output=True,
+                            text=True, timeout=60)
+    assert result.returncode == 1 and result.stdout == ""
+    assert result.stderr == (f"relay {' '.join(words[:2]) if words[0] == 'function' else 'stats'}: the state "
+                             f"database {state / 'db.sqlite3'} is not readable by user nobody: read it as root "
+                             f"(sudo relay ...), or as a member of the group that owns {state}\n")

@@ -13,7 +13,7 @@ def run(args, path=None):
     """Run ``relay function ls | inspect <name>`` from docopt's *args*; return the exit code."""
     reader = StateReader(path or DB_PATH)
     if args["ls"]:
-        return print_report("relay function ls", lambda: render_function_list(reader.functions(), now()))
+        return print_report("relay function ls", lambda: render_function_list(reader.functions(), now()), reader)
     name = args["<name>"]
     command = "relay function inspect"
 

@@ -7,4 +7,4 @@ from relay.view.report import now, print_report, render_stats
 def run(args, path=None):
     """Run ``relay stats``; return the exit code."""
     reader = StateReader(path or DB_PATH)
-    return print_report("relay stats", lambda: render_stats(reader.stats(), now()))
+    return print_report("relay stats", lambda: render_stats(reader.stats(), now()), reader)

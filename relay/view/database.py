@@ -398,8 +398,39 @@ class StateReader:
                      oldest_pending_age_seconds=row["oldest_pending_age_seconds"],
                      updated_at=parse_time(row["updated_at"]))
 
+    @property
+    def missing(self):
+        """Whether there is no database file at all: Relay has not run here (or runs in a container).
+        Raises StateError when this user may not look (see _ReadConnection)."""
+        return not _exists(self.path)
+
     def _connect(self):
         return _ReadConnection(self.path)
+
+
+def _exists(path):
+    """Whether *path* exists; StateError when this user may not even look.
+
+    On the shipped systemd unit (DynamicUser, StateDirectoryMode=0700) an
+    operator who is not root cannot reach the file: that is one line saying
+    so and what to do, not a traceback.
+    """
+    try:
+        path.stat()
+    except (FileNotFoundError, NotADirectoryError):
+        return False
+    except PermissionError:
+        raise StateError(_unreadable(path)) from None
+    if not os.access(path, os.R_OK):
+        raise StateError(_unreadable(path))
+    return True
+
+
+def _unreadable(path):
+    import getpass
+
+    return (f"the state database {path} is not readable by user {getpass.getuser()}: read it as root "
+            f"(sudo relay ...), or as a member of the group that owns {path.parent}")
 
 
 class _ReadConnection:
@@ -414,7 +445,7 @@ class _ReadConnection:
         self.connection = None
 
     def __enter__(self):
-        if not self.path.exists():
+        if not _exists(self.path):
             return None
         try:
             self.connection = sqlite3.connect(f"{self.path.absolute().as_uri()}?mode=ro", uri=True,

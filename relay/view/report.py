@@ -30,10 +30,15 @@ _COUNTER_LABELS = (("Events processed:", "events_processed"), ("Handler successe
 # --- printing -------------------------------------------------------------------------
 
 
-def print_report(command, render):
-    """Print what *render* returns; an unknown name or an unreadable database is one line on stderr, exit 1."""
+def print_report(command, render, reader=None):
+    """Print what *render* returns; an unknown name or an unreadable database is one line on stderr, exit 1.
+
+    When *reader*'s database does not exist at all, the report is still
+    printed (empty, as the reference shows it) and one line on stderr says why.
+    """
     try:
         text = render()
+        missing = reader is not None and reader.missing
     except UnknownFunction as unknown:
         print(unknown, file=sys.stderr)
         return 1
@@ -41,6 +46,10 @@ def print_report(command, render):
         print(f"{command}: {error}", file=sys.stderr)
         return 1
     sys.stdout.write(text)
+    if missing:
+        sys.stdout.flush()
+        print(f"{command}: there is no state database at {reader.path}: Relay has not run on this host, "
+              f"or it runs in a container (run the command there)", file=sys.stderr)
     return 0
 
 
