@@ -70,3 +70,26 @@ def test_password_never_printed(password_redis, docker_engine):
         output = result.stdout + result.stderr
         assert "s3cr3t-pw" not in output and "wr0ng-pw" not in output
         assert "default:***@" in output
+
+
+def test_a_dependency_that_never_answers_fails_within_the_deadline():
+    """Redis and the engine both accept a connection and say nothing: the whole command takes about 5 s."""
+    import socket
+    import time
+
+    listeners = []
+    for _ in range(2):
+        listener = socket.socket()
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(8)
+        listeners.append(listener)
+    redis_port, docker_port = (listener.getsockname()[1] for listener in listeners)
+    began = time.monotonic()
+    result = run_relay("health", env=base_env(REDIS_URI=f"127.0.0.1:{redis_port}",
+                                              DOCKER_HOST=f"tcp://127.0.0.1:{docker_port}"))
+    took = time.monotonic() - began
+    for listener in listeners:
+        listener.close()
+    assert result.returncode == 1 and result.stdout == ""
+    assert result.stderr == f"relay health: Redis at redis://127.0.0.1:{redis_port}/0 did not answer within 5s\n"
+    assert took < 9, f"relay health took {took:.1f}s"

@@ -1,13 +1,20 @@
 """``relay health``: are Redis and the Docker engine reachable?
 
 It only creates clients and pings; it never consumes, loads functions,
-builds images or opens the state database.
+builds images or opens the state database. Both checks run at once, and
+the whole command is bounded by DEADLINE: a dependency that accepts a
+connection and never answers fails its check when the deadline passes,
+well inside a container HEALTHCHECK's timeout.
 """
 
 import os
 import sys
+import threading
+import time
 
 from relay.errors import RelayError
+
+DEADLINE = 5.0  # seconds for the whole command, both checks together
 
 
 def run(args):
@@ -15,19 +22,66 @@ def run(args):
     return health()
 
 
-def health(environ=None):
+def health(environ=None, deadline=DEADLINE):
     environ = os.environ if environ is None else environ
     try:
-        from relay.clients import connect_docker, connect_redis, ping_redis
         from relay.config import load_docker_env, load_redis_settings
 
         settings = load_redis_settings(environ)
-        ping_redis(connect_redis(settings), settings)
-        print(f"redis: ok ({settings.redacted})")
         docker_env = load_docker_env(environ)
-        connect_docker(docker_env).close()
-        print(f"docker: ok ({docker_env.get('DOCKER_HOST', 'unix:///var/run/docker.sock')})")
     except RelayError as error:
         print(f"relay health: {error}", file=sys.stderr)
         return 1
+    docker_host = docker_env.get("DOCKER_HOST", "unix:///var/run/docker.sock")
+    checks = [_Check("redis", settings.redacted, f"Redis at {settings.redacted}", lambda: _ping_redis(settings)),
+              _Check("docker", docker_host, f"Docker engine at {docker_host}", lambda: _ping_docker(docker_env))]
+    ends = time.monotonic() + deadline
+    for check in checks:
+        check.start()
+    for check in checks:
+        check.join(max(0.0, ends - time.monotonic()))
+    failed = None
+    for check in checks:
+        if check.ok:
+            print(f"{check.name}: ok ({check.where})")
+        elif failed is None:
+            failed = check.error or f"{check.what} did not answer within {deadline:g}s"
+    if failed is not None:
+        print(f"relay health: {failed}", file=sys.stderr)
+        return 1
     return 0
+
+
+class _Check:
+    """One ping in a daemon thread: a check that hangs never holds the command past its deadline."""
+
+    def __init__(self, name, where, what, ping):
+        self.name, self.where, self.what = name, where, what
+        self.ok = False
+        self.error = None
+        self._thread = threading.Thread(target=self._run, args=(ping,), name=f"health-{name}", daemon=True)
+
+    def start(self):
+        self._thread.start()
+
+    def join(self, timeout):
+        self._thread.join(timeout)
+
+    def _run(self, ping):
+        try:
+            ping()
+            self.ok = True
+        except RelayError as error:
+            self.error = str(error)
+
+
+def _ping_redis(settings):
+    from relay.clients import connect_redis, ping_redis
+
+    ping_redis(connect_redis(settings), settings)
+
+
+def _ping_docker(docker_env):
+    from relay.clients import connect_docker
+
+    connect_docker(docker_env).close()
