@@ -79,21 +79,40 @@ class Config:
 
 
 def load_config(environ, hostname=None):
-    """Build the Config of ``relay start`` from a mapping of environment variables."""
-    return Config(
-        redis=load_redis_settings(environ),
-        stream=_required(environ, "REDIS_STREAM"),
-        group=_required(environ, "REDIS_GROUP"),
-        consumer=hostname or socket.gethostname(),
-        retention=_retention(environ),
-        metrics_addr=_listen_address(environ, "METRICS_ADDR"),
-        webhook_addr=_listen_address(environ, "GIT_WEBHOOK_ADDR"),
-        log_level=load_log_level(environ),
-        max_concurrency=_positive_int(environ, "MAX_CONCURRENCY", DEFAULT_MAX_CONCURRENCY),
-        max_buffered_events=_positive_int(environ, "MAX_BUFFERED_EVENTS", DEFAULT_MAX_BUFFERED_EVENTS),
-        max_event_bytes=_positive_int(environ, "MAX_EVENT_BYTES", DEFAULT_MAX_EVENT_BYTES),
+    """Build the Config of ``relay start`` from a mapping of environment variables.
+
+    Every variable is checked before any error is raised: with several bad
+    ones, the ConfigError lists them all, one per line, as template
+    validation does.
+    """
+    problems = []
+
+    def checked(parse, *args):
+        try:
+            return parse(*args)
+        except ConfigError as error:
+            problems.append(str(error))
+            return None
+
+    values = dict(
+        redis=checked(load_redis_settings, environ),
+        stream=checked(_required, environ, "REDIS_STREAM"),
+        group=checked(_required, environ, "REDIS_GROUP"),
+        retention=checked(_retention, environ),
+        metrics_addr=checked(_listen_address, environ, "METRICS_ADDR"),
+        webhook_addr=checked(_listen_address, environ, "GIT_WEBHOOK_ADDR"),
+        log_level=checked(load_log_level, environ),
+        max_concurrency=checked(_positive_int, environ, "MAX_CONCURRENCY", DEFAULT_MAX_CONCURRENCY),
+        max_buffered_events=checked(_positive_int, environ, "MAX_BUFFERED_EVENTS", DEFAULT_MAX_BUFFERED_EVENTS),
+        max_event_bytes=checked(_positive_int, environ, "MAX_EVENT_BYTES", DEFAULT_MAX_EVENT_BYTES),
         docker_env=load_docker_env(environ),
     )
+    if len(problems) == 1:
+        raise ConfigError(problems[0])
+    if problems:
+        raise ConfigError(f"{len(problems)} problems with the environment:\n" +
+                          "\n".join(f"  {problem}" for problem in problems))
+    return Config(consumer=hostname or socket.gethostname(), **values)
 
 
 def load_redis_settings(environ):

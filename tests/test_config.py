@@ -248,3 +248,19 @@ def test_docker_variables_are_captured_once():
     environ["DOCKER_HOST"] = "changed"
     assert loaded.docker_env["DOCKER_HOST"] == "tcp://proxy:2375"
     assert dict(load_docker_env({})) == {}
+
+
+def test_every_bad_variable_is_reported_at_once():
+    from relay.config import load_config
+    from relay.errors import ConfigError
+
+    environ = {"REDIS_URI": "redis://127.0.0.1:99999", "REDIS_STREAM": "events", "LOG_LEVEL": "loud",
+               "MAX_CONCURRENCY": "0"}
+    with pytest.raises(ConfigError) as raised:
+        load_config(environ, hostname="h")
+    lines = str(raised.value).splitlines()
+    assert lines[0] == "4 problems with the environment:"
+    assert lines[1].startswith("  REDIS_URI='redis://127.0.0.1:99999' has port")
+    assert lines[2:] == ["  REDIS_GROUP is required and must not be empty",
+                         "  LOG_LEVEL='loud' is not a log level; use one of DEBUG, INFO, WARN, ERROR",
+                         "  MAX_CONCURRENCY='0' must be a positive whole number such as 8"]
