@@ -186,3 +186,22 @@ def test_the_deadline_holds_under_gevent(docker_engine, tmp_path, created):
     assert "it ran past its deadline of 6s and was stopped" in result.stdout, result.stdout + result.stderr
     assert wait_until(lambda: not [container for container in docker_engine.api.containers(all=True)
                                    if f"tick {marker}" in container.get("Command", "")], timeout=60)
+
+
+def test_a_long_build_reports_its_step_and_time_at_info(docker_engine, tmp_path, created, monkeypatch, caplog):
+    """A silent install of a few seconds: progress lines at INFO, each naming the step it is on."""
+    import logging
+
+    marker = token()
+    quiet = Installer("requirements.txt", ("sh", "-c", f"sleep 4 # {marker}"))
+    runtime = dataclasses.replace(PYTHON, installers=(quiet,))
+    monkeypatch.setattr(images_module, "runtime_for", lambda name: runtime)
+    function = python_function(tmp_path / f"limits-progress-{marker}", f"# {marker}\n")
+    builder = ImageBuilder(docker_engine, progress_interval=1)
+    created.extend([function.image, dependency_recipe(function.directory, runtime, builder.architecture()).tag])
+    with caplog.at_level(logging.INFO, logger="relay.runtime.images"):
+        builder.prepare(function)
+    progress = [record for record in caplog.records if record.getMessage() == "Image build still running"]
+    assert len(progress) >= 2 and all(record.levelno == logging.INFO for record in progress)
+    assert any(record.step.startswith("Step ") and "sleep 4" in record.step for record in progress)
+    assert max(int(record.elapsed.removesuffix("s")) for record in progress) >= 3

@@ -10,7 +10,9 @@ threading); shutting a socket down wakes a reader blocked on it in either.
 
 ``Tail`` keeps the last bytes of the output for the error message, so a
 failed install that prints megabytes (or one enormous line) quotes its
-end, never all of it.
+end, never all of it. ``Progress`` says every so often that a build is
+still running, and at which step, so a ten-minute install is not silent at
+INFO.
 """
 
 import socket
@@ -56,6 +58,33 @@ def _socket_of(response):
     reader = getattr(getattr(getattr(response, "raw", None), "_fp", None), "fp", None)
     candidate = getattr(getattr(reader, "raw", None), "_sock", None)
     return candidate if hasattr(candidate, "shutdown") else None
+
+
+class Progress:
+    """Calls *report(step, elapsed_seconds)* every *interval* seconds until cancelled.
+
+    *step* is the last ``Step N/M`` line the build printed (``note``), or None.
+    """
+
+    def __init__(self, interval, report):
+        self._interval = interval
+        self._report = report
+        self._began = time.monotonic()
+        self._step = None
+        self._stopped = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="build-progress", daemon=True)
+        self._thread.start()
+
+    def note(self, line):
+        if line.startswith("Step "):
+            self._step = line
+
+    def cancel(self):
+        self._stopped.set()
+
+    def _run(self):
+        while not self._stopped.wait(self._interval):
+            self._report(self._step, time.monotonic() - self._began)
 
 
 class Tail:

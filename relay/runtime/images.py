@@ -15,7 +15,9 @@ abandon the build, and the build fails. Each build container gets at most
 BUILD_MEMORY_BYTES of memory and no swap beyond it, so a hostile or runaway
 install cannot take the host's memory.
 
-Build output goes to DEBUG logs line by line; a failed build raises
+Build output goes to DEBUG logs line by line, and every PROGRESS_INTERVAL
+while a build runs one INFO line says which step it is on and for how
+long it has run. A failed build raises
 BuildError quoting at most the last TAIL_BYTES of the output, logs it at
 ERROR, and calls the ``on_build_failure(function_name)`` hook (the
 build_failures_total metric).
@@ -37,7 +39,7 @@ from relay.durations import format_duration
 from relay.errors import BuildError, reason
 from relay.functions.fingerprint import fingerprint_directory
 from relay.runtime.build_context import dependency_context, function_context
-from relay.runtime.build_limits import Cutoff, Tail
+from relay.runtime.build_limits import Cutoff, Progress, Tail
 from relay.runtime.image_gc import collect_garbage, retire_image  # noqa: F401  (the runtime's image API)
 from relay.runtime.leases import ImageLeases  # noqa: F401
 from relay.runtime.recipes import FINGERPRINT_LABEL, RECIPE_LABEL, dependency_recipe, function_recipe
@@ -47,6 +49,7 @@ from relay.runtime.sweep import sweep_orphans  # noqa: F401
 log = logging.getLogger("relay.runtime.images")
 
 BUILD_DEADLINE = 600.0  # seconds of wall time a build may take, a dependency install included
+PROGRESS_INTERVAL = 15.0  # seconds between "still building" lines at INFO
 BUILD_MEMORY_BYTES = 2 * 1024 * 1024 * 1024  # per build container; pip and npm need far less
 TAIL_BYTES = 2048  # of build output quoted in a failed build's error
 REASON_CHARACTERS = 500  # of the engine's own error message quoted
@@ -55,12 +58,14 @@ _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 
 class ImageBuilder:
     def __init__(self, docker_client, *, on_build_failure=None, on_build_seconds=None,
-                 deadline=BUILD_DEADLINE, offload=None):
+                 deadline=BUILD_DEADLINE, offload=None, progress_interval=PROGRESS_INTERVAL):
         """*on_build_failure(function_name)* counts failed builds;
         *on_build_seconds(function_name, seconds)* times the builds that ran;
         *deadline* is each build's wall time in seconds (shorter only in tests);
         *offload(function, *args)* runs the blocking file work (tarring a context,
-        hashing the directory) off the hub."""
+        hashing the directory) off the hub; a build still running logs its progress
+        at INFO every *progress_interval* seconds."""
+        self._progress_interval = progress_interval
         self._api = docker_client.api
         self._on_build_failure = on_build_failure
         self._on_build_seconds = on_build_seconds
@@ -128,6 +133,9 @@ class ImageBuilder:
         started = time.monotonic()
         tail = Tail(TAIL_BYTES)
         cutoff = None
+        progress = Progress(self._progress_interval, lambda step, elapsed: log.info(
+            "Image build still running", extra={"function": function.name, "image": tag, "step": step or "starting",
+                                                "elapsed": f"{elapsed:.0f}s"}))
         try:
             with context:
                 stream = self._api.build(fileobj=context, custom_context=True, tag=tag, rm=True, forcerm=True,
@@ -136,7 +144,7 @@ class ImageBuilder:
                                                            "memswap": BUILD_MEMORY_BYTES})
                 cutoff = Cutoff(stream, started + self._deadline)
                 for chunk in stream:
-                    self._record(function, tag, chunk, tail)
+                    self._record(function, tag, chunk, tail, progress)
                     if "error" in chunk:
                         raise BuildError(_failure(tag, function, str(chunk["error"]), tail))
                 if cutoff.fired:
@@ -145,6 +153,7 @@ class ImageBuilder:
             why = self._past_deadline() if cutoff is not None and cutoff.fired else reason(error, strerror=False)
             raise BuildError(_failure(tag, function, why, tail)) from None
         finally:
+            progress.cancel()
             if cutoff is not None:
                 cutoff.cancel()
         log.info("Built image", extra={"function": function.name, "image": tag,
@@ -154,7 +163,7 @@ class ImageBuilder:
         return f"it ran past its deadline of {format_duration(int(self._deadline * 1e9))} and was stopped"
 
     @staticmethod
-    def _record(function, tag, chunk, tail):
+    def _record(function, tag, chunk, tail, progress):
         text = chunk.get("stream")
         if text is None and "status" in chunk and "progressDetail" not in chunk:
             text = " ".join(str(chunk[key]) for key in ("id", "status") if chunk.get(key))
@@ -162,6 +171,7 @@ class ImageBuilder:
             line = _ANSI.sub("", raw).rstrip()
             if line:
                 tail.add(line)
+                progress.note(line)
                 log.debug(line, extra={"function": function.name, "image": tag})
 
     def _inspect(self, tag):
