@@ -64,16 +64,23 @@ with the first failing check on stderr.
 Show the latest operational statistics from the local state database.
 
 Usage:
-  relay stats
+  relay stats [--json]
   relay stats (-h | --help)
+
+Options:
+  --json   The same figures as one JSON object (docs/operations.md).
 """,
     "function": """\
 List the functions Relay has loaded, or show one in detail.
 
 Usage:
-  relay function ls
-  relay function inspect <name>
+  relay function ls [--json]
+  relay function inspect <name> [--json]
   relay function (-h | --help)
+
+Options:
+  --json   JSON instead of the table: a list for ls, an object for inspect
+           (docs/operations.md).
 """,
     "secret": """\
 Manage secrets in the local store (/var/lib/relay/secrets).
@@ -94,7 +101,7 @@ Usage:
   relay git keygen [--force]
   relay git set <repository> [--ref=<ref>] [--path=<path>] [--webhook-secret=<name>]
   relay git sync
-  relay git status
+  relay git status [--json]
   relay git remove
   relay git (-h | --help)
 
@@ -103,6 +110,7 @@ Options:
   --ref=<ref>              Branch, tag or commit to check out [default: main].
   --path=<path>            Directory of the repository that holds the functions.
   --webhook-secret=<name>  Secret that signs GitHub webhook deliveries.
+  --json                   'status' as one JSON object (docs/operations.md).
 """,
     "dlq": """\
 Inspect the dead-letter stream, send entries back to the stream, or delete them.

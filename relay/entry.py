@@ -6,6 +6,7 @@ place that decides it, by looking at the raw argument list before anything
 else is imported. Every other command stays unpatched and light.
 """
 
+import os
 import sys
 
 _IMPORTED_TOO_EARLY = ("redis", "docker", "urllib3", "requests", "ssl")
@@ -21,4 +22,10 @@ def main(argv=None):
         monkey.patch_all()
     from relay.cli import run
 
-    return run(argv, imported_before_patch=early)
+    try:
+        return run(argv, imported_before_patch=early)
+    except BrokenPipeError:
+        # The reader went away (``relay dlq ls | head``): stop quietly, as other tools do,
+        # with stdout pointed at /dev/null so the interpreter's final flush cannot fail again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141  # 128 + SIGPIPE, what a shell reports for a tool killed by it

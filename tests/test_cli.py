@@ -74,3 +74,18 @@ def test_admin_commands_import_nothing_heavy(args):
     )
     result = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert "HEAVY []" in result.stderr, result.stderr
+
+
+def test_a_reader_that_goes_away_is_not_a_traceback():
+    """``relay git --help | head -0``: the pipe's reader is gone before Relay writes."""
+    import os
+
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        probe = subprocess.run([sys.executable, "-m", "relay", "git", "--help"], cwd=ROOT, stdout=write_end,
+                               stderr=subprocess.PIPE, text=True, timeout=60)
+    finally:
+        os.close(write_end)
+    assert probe.returncode == 141
+    assert probe.stderr == ""

@@ -328,12 +328,21 @@ def test_status_and_remove(host, repo, git_server):
     assert lines[7].startswith("Last sync:      ") and lines[7].endswith(f", 1 function from commit {commit[:12]}")
     assert public not in status and "PRIVATE" not in status  # never any key material
 
+    document = json.loads(host.ok("status", "--json").stdout)
+    assert {key: document[key] for key in ("configured", "repository", "ref", "path", "webhook_secret", "commit")} \
+        == {"configured": True, "repository": url, "ref": "main", "path": None, "webhook_secret": "hook",
+            "commit": commit}
+    assert document["deploy_key"]["present"] and document["deploy_key"]["fingerprint"].startswith("SHA256:")
+    assert document["checkout"] == {"path": "/var/lib/relay/git/checkout", "present": True}
+    assert document["last_sync"]["commit"] == commit and document["last_sync"]["functions"] == ["hello"]
+
     result = host.ok("remove")
     assert result.stdout == f"Removed the git source {url} and its checkout; /functions and the deploy key were kept.\n"
     assert not (host.state / "git/source.json").exists() and not (host.state / "git/checkout").exists()
     assert (host.state / "ssh/id_ed25519").exists() and os.listdir(host.functions) == ["hello"]
     assert host.ok("remove").stdout == "No git source configured.\n"
     assert host.ok("status").stdout == "No git source configured.\n"
+    assert json.loads(host.ok("status", "--json").stdout)["configured"] is False
 
 
 def test_a_corrupt_source_fails_status_and_remove_and_is_kept(host):

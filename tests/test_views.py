@@ -435,3 +435,28 @@ def test_a_database_this_user_may_not_read_is_one_line_not_a_traceback(tmp_path,
     assert result.stderr == (f"relay {' '.join(words[:2]) if words[0] == 'function' else 'stats'}: the state "
                              f"database {state / 'db.sqlite3'} is not readable by user nobody: read it as root "
                              f"(sudo relay ...), or as a member of the group that owns {state}\n")
+
+
+def test_json_forms_have_the_documented_shape(tmp_path, capsys):
+    import json
+
+    path = tmp_path / "db.sqlite3"
+    write_database(path, Stats(STATS, 1, 2.0, datetime(2026, 9, 8, 12, 0, 0, tzinfo=UTC)))
+    assert function_command.run({"ls": True, "<name>": None, "--json": True}, path) == 0
+    listing = json.loads(capsys.readouterr().out)
+    assert listing[0] == {"name": "user-events-python", "runtime": "python3.14", "status": "ready", "handlers": 3,
+                          "schedules": 0, "updated_at": "2026-09-08T12:00:00Z"}
+    assert [item["name"] for item in listing] == ["user-events-python", "welcome-email-node"]
+    assert function_command.run({"ls": False, "<name>": "welcome-email-node", "--json": True}, path) == 0
+    inspected = json.loads(capsys.readouterr().out)
+    assert inspected["warm"] == {"containers": 2, "max_invocations": 1000, "idle": "10m0s", "prestart": True,
+                                 "running": 2}
+    assert inspected["events"] == [{"handler": "handler.handler", "timeout": "6s"}]
+    assert set(inspected) == {"name", "runtime", "status", "image", "fingerprint", "prepared_at",
+                              "last_reconcile_at", "last_reconcile_status", "last_error", "env", "secrets",
+                              "events", "schedules", "warm", "counters"}
+    assert stats_command.run({"--json": True}, path) == 0
+    assert json.loads(capsys.readouterr().out) == {
+        "events_processed": 12493, "handler_successes": 12470, "handler_failures": 23, "retries": 17,
+        "dlq_entries": 2, "pending_entries": 1, "oldest_pending_age_seconds": 2.0,
+        "updated_at": "2026-09-08T12:00:00Z"}

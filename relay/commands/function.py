@@ -5,6 +5,7 @@ Relay or Redis is down.
 """
 
 from relay.errors import UnknownFunction
+from relay.view import json_report
 from relay.view.database import DB_PATH, StateReader
 from relay.view.report import now, print_report, render_function, render_function_list
 
@@ -12,8 +13,10 @@ from relay.view.report import now, print_report, render_function, render_functio
 def run(args, path=None):
     """Run ``relay function ls | inspect <name>`` from docopt's *args*; return the exit code."""
     reader = StateReader(path or DB_PATH)
+    as_json = args.get("--json")
     if args["ls"]:
-        return print_report("relay function ls", lambda: render_function_list(reader.functions(), now()), reader)
+        render = json_report.function_list if as_json else (lambda records: render_function_list(records, now()))
+        return print_report("relay function ls", lambda: render(reader.functions()), reader)
     name = args["<name>"]
     command = "relay function inspect"
 
@@ -22,6 +25,7 @@ def run(args, path=None):
         if record is None:
             raise UnknownFunction(f'{command}: unknown function "{name}": Relay has not loaded it '
                                   f"(state database {reader.path}; 'relay function ls' lists the loaded functions)")
-        return render_function(record, reader.function_stats(name), now())
+        stats = reader.function_stats(name)
+        return json_report.function(record, stats) if as_json else render_function(record, stats, now())
 
     return print_report(command, inspect)

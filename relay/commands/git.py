@@ -84,6 +84,8 @@ def _status(args, layout):
     from relay.gitsync.source import load_source
 
     source = load_source(layout)
+    if args.get("--json"):
+        return _status_json(source, layout)
     if source is None:
         print(NOTHING_CONFIGURED)
         return 0
@@ -106,6 +108,30 @@ def _status(args, layout):
     width = max(len(label) for label, _ in rows) + 2
     for label, value in rows:
         print(f"{label + ':':<{width}}{value}")
+    return 0
+
+
+def _status_json(source, layout):
+    """``relay git status --json``: one object, its shape documented in docs/operations.md."""
+    import json
+
+    from relay.gitsync.history import head_commit, last_sync
+    from relay.gitsync.keys import fingerprint, public_key_line
+
+    public = public_key_line(layout) if layout.key.exists() else None
+    document = {
+        "configured": source is not None,
+        "repository": source.repository if source else None,
+        "ref": source.ref if source else None,
+        "path": (source.path or None) if source else None,
+        "webhook_secret": source.webhook_secret if source else None,
+        "deploy_key": {"path": str(layout.key), "present": layout.key.exists(),
+                       "fingerprint": fingerprint(public) if public else None},
+        "checkout": {"path": str(layout.checkout), "present": layout.checkout.is_dir()},
+        "commit": head_commit(layout.checkout) if source else None,
+        "last_sync": (last_sync(layout) or None) if source else None,
+    }
+    print(json.dumps(document, indent=2))
     return 0
 
 

@@ -1,0 +1,41 @@
+"""The ``--json`` forms of ``relay function ls``, ``function inspect`` and ``stats``.
+
+Their shape is documented in docs/operations.md and stays stable: fields
+are only ever added. Times are RFC 3339 in UTC, or null.
+"""
+
+import json
+from dataclasses import asdict
+
+
+def function_list(records):
+    return _dumps([{"name": record.name, "runtime": record.runtime, "status": record.status,
+                    "handlers": len(record.events), "schedules": len(record.schedules),
+                    "updated_at": _time(record.prepared_at or record.updated_at)} for record in records])
+
+
+def function(record, stats):
+    return _dumps({
+        "name": record.name, "runtime": record.runtime, "status": record.status, "image": record.image,
+        "fingerprint": record.fingerprint, "prepared_at": _time(record.prepared_at),
+        "last_reconcile_at": _time(record.last_reconcile_at), "last_reconcile_status": record.last_reconcile_status,
+        "last_error": record.last_error, "env": dict(record.env), "secrets": dict(record.secrets),
+        "events": [{"handler": item.handler, "timeout": item.timeout} for item in record.events],
+        "schedules": [{"handler": item.handler, "timeout": item.timeout, "cron": item.cron,
+                       "timezone": item.timezone} for item in record.schedules],
+        "warm": None if record.warm is None else {**asdict(record.warm), "running": stats.warm_containers},
+        "counters": asdict(stats.counters)})
+
+
+def stats(snapshot):
+    return _dumps({**asdict(snapshot.counters), "pending_entries": snapshot.pending_entries,
+                   "oldest_pending_age_seconds": snapshot.oldest_pending_age_seconds,
+                   "updated_at": _time(snapshot.updated_at)})
+
+
+def _time(moment):
+    return None if moment is None else moment.isoformat().replace("+00:00", "Z")
+
+
+def _dumps(value):
+    return json.dumps(value, indent=2, ensure_ascii=False) + "\n"
