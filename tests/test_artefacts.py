@@ -202,6 +202,22 @@ def test_systemd_unit_passes_verify(tmp_path):
     assert (result.returncode, output) == (0, ""), f"systemd-analyze verify deploy/relay.service:\n{output}"
 
 
+
+def test_systemd_unit_is_sandboxed(tmp_path):
+    """``systemd-analyze security`` rated the unit 8.4 EXPOSED before #20 hardened it; it is 1.5 now.
+    The bound keeps a later edit from quietly giving the sandbox back."""
+    analyze = shutil.which("systemd-analyze") or shutil.which("systemd-analyze", path="/usr/bin:/bin")
+    if analyze is None:
+        pytest.fail("systemd-analyze is not installed: apt-get install systemd (scripts/setup does)", pytrace=False)
+    unit = tmp_path / "relay.service"
+    shutil.copy(ROOT / "deploy" / "relay.service", unit)
+    result = subprocess.run([analyze, "security", "--offline=true", "--no-pager", str(unit)], capture_output=True,
+                            text=True, timeout=60)
+    found = re.search(r"Overall exposure level for relay\.service: ([0-9.]+)", result.stdout + result.stderr)
+    assert found, result.stdout + result.stderr
+    assert float(found[1]) <= 2.0, result.stdout
+
+
 # -- relay.pyz alone in a fresh directory -------------------------------------------
 
 
