@@ -260,3 +260,16 @@ def test_pyz_alone_runs_health_and_admin_commands(pyz, redis_server, docker_engi
     assert os.listdir(fresh) == ["relay.pyz"]
     [extraction] = extraction_dirs(home / ".cache" / "relay")
     assert extraction.name.startswith(f"relay-{build_id(pyz)[:16]}-")
+
+
+def test_the_dev_compose_file_pins_its_images_and_waits_for_redis():
+    import yaml
+
+    services = yaml.safe_load((ROOT / "compose.dev.yaml").read_text())["services"]
+    for name in ("redis", "socket-proxy"):
+        image = services[name]["image"]
+        assert ":" in image and not image.endswith(":latest"), f"{name}: {image} is not pinned"
+    relay = services["relay"]
+    assert relay["restart"] == "unless-stopped"
+    assert relay["depends_on"]["redis"] == {"condition": "service_healthy"}
+    assert services["redis"]["healthcheck"]["test"] == ["CMD", "redis-cli", "ping"]
