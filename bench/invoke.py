@@ -96,6 +96,16 @@ def relay_runner(executor, image, warm=None):
     return run
 
 
+def read_until(sock, needles, exited):
+    """Receive from *sock* until every one of *needles* has arrived; SystemExit(*exited*) if it closes."""
+    received = b""
+    while not all(needle in received for needle in needles):
+        data = sock.recv(65536)
+        if not data:
+            raise SystemExit(exited)
+        received += data
+
+
 class BareWarm:
     """Resident readers in the image, each answering one line per line, taken one request at a time."""
 
@@ -116,12 +126,7 @@ class BareWarm:
         sock = self.idle.get()
         try:
             sock.sendall(PAYLOAD + b"\n")
-            received = b""
-            while b"ok\n" not in received:   # 8-byte frame headers, then the answer
-                data = sock.recv(65536)
-                if not data:
-                    raise SystemExit("the bare warm reader exited")
-                received += data
+            read_until(sock, [b"ok\n"], "the bare warm reader exited")   # frame headers, then the answer
         finally:
             self.idle.put(sock)
 
@@ -151,12 +156,8 @@ class ProtocolFloor:
         seq = str(state[1]).encode()
         try:
             sock.sendall(b"invoke %s %s %d\n" % (seq, HANDLER.encode(), len(PAYLOAD)) + PAYLOAD)
-            end, done, received = MARKER + b"end " + seq + b"\n", MARKER + b"done " + seq + b" ok\n", b""
-            while end not in received or done not in received:   # 8-byte frame headers between them
-                data = sock.recv(65536)
-                if not data:
-                    raise SystemExit("a warm container exited")
-                received += data
+            read_until(sock, [MARKER + b"end " + seq + b"\n", MARKER + b"done " + seq + b" ok\n"],
+                       "a warm container exited")
         finally:
             self.idle.put(state)
 
