@@ -29,6 +29,7 @@ Commands:
   dlq         Inspect dead-lettered entries, send them back or delete them.
   validate    Check a functions directory offline, every problem at once.
   match       Show which handlers an event would run, offline.
+  invoke      Run a function's handler once on an event, as Relay would.
 
 Options:
   -h --help   Show this help.
@@ -171,6 +172,27 @@ Options:
 does. Exits 0 when at least one handler matches, 3 when none does, 1 when
 the event or the directory cannot be read.
 """,
+    "invoke": """\
+Build a function's image and run its handler once on an event, as 'relay start' would.
+
+Usage:
+  relay invoke <function> [<handler>] [--dir=<dir>] [--event=<file>]
+  relay invoke (-h | --help)
+
+Options:
+  --dir=<dir>     The functions directory [default: /functions].
+  --event=<file>  The event, one JSON object; - (the default) reads it from
+                  standard input.
+
+Needs the Docker engine (DOCKER_HOST and the other Docker variables), not
+Redis. The image is built with the same recipe and tag as 'relay start'
+builds; the handler runs in the same hardened container (warm when the
+template says so) with the template's env, the secrets from the local store
+and the rule's timeout. Its output streams to stdout. With no <handler>, the
+handlers whose patterns match the event run in order, stopping at the first
+failure. Exits with the failing handler's status (124 when it timed out),
+0 when all succeed, 3 when no handler matches, 1 when nothing could run.
+""",
 }
 
 # The module that implements each administrative command; its run(args) is
@@ -184,6 +206,7 @@ ADMIN_COMMANDS = {
     "dlq": "relay.commands.dlq",
     "validate": "relay.commands.validate",
     "match": "relay.commands.match",
+    "invoke": "relay.commands.invoke",
 }
 
 
