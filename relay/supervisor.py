@@ -200,7 +200,7 @@ class Supervisor:
             self.functions_dir, builder, self.catalog,
             retire=lambda tag: (self.executor.warm.retire_image(tag),
                                 retire_image(docker, tag, self.leases, active_images)),
-            on_change=self.state.functions_changed,
+            on_change=self._functions_changed,
             offload=lambda function, *args: hub.threadpool.apply(function, args),
             webhook_secret=self.secrets.webhook_secret,
             rescan_interval=timing.rescan_interval)
@@ -214,6 +214,11 @@ class Supervisor:
         collect_garbage(docker, active_images, self.leases,
                         functions={*active_images, *self.reconciler.statuses, *known_before})
         self._spawn_services([self.reconciler])
+
+    def _functions_changed(self, statuses):
+        for status in statuses:
+            self.metrics.function_loaded(status.function.name)
+        self.state.functions_changed(statuses)
 
     def _start_services(self):
         """The side loops: each has loop() and stop()."""

@@ -94,6 +94,9 @@ events:
     assert sample(families, "function_dlq_entries", function="mixed") == 2
     assert sample(families, "function_events", function="mixed") >= 3
     assert sample(families, "build_failures", function="broken") >= 1    # retried on every periodic pass
+    # Created at 0 when the function loaded: its first build failure is an increase() an alert sees.
+    assert [(item.name, item.value) for item in families["build_failures"].samples
+            if item.labels == {"function": "mixed"}] == [("build_failures_total", 0.0)]
     assert sample(families, "handler_duration_seconds", "_count", function="mixed", handler="app.ok") == 1
     assert sample(families, "pending_entries", "") == 0
 

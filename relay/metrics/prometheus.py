@@ -76,6 +76,13 @@ class Metrics:
         self.warm_containers = Gauge("warm_containers", "Warm containers of this worker (starting, idle or "
                                                         "running an invocation).", ("function",), registry=registry)
 
+    def function_loaded(self, name: str) -> None:
+        """Create the function's counters at 0, so that its first build failure or failed
+        invocation is an increase an alert sees (``increase()`` needs a sample before it)."""
+        for counter in (self.build_failures, self.function_events, self.function_success,
+                        self.function_failure, self.function_retries, self.function_dlq_entries):
+            counter.labels(name)
+
 
 class PrometheusObserver:
     """The hot path's domain events as Prometheus updates (a relay.stream.seams.Observer)."""
