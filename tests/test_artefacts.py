@@ -230,7 +230,7 @@ def host_python(which):
 
 
 @pytest.mark.parametrize("which", ["/usr/bin/python3", "3.12", "3.13"])
-def test_pyz_alone_runs_health_and_admin_commands(pyz, redis_server, docker_engine, tmp_path, which):
+def test_pyz_alone_runs_health_and_admin_commands(pyz, redis_server, redis_client, docker_engine, tmp_path, which):
     """Debian 12's /usr/bin/python3 is CPython 3.11.2, which pyenv's newest 3.11
     never shows: redis, for one, imports async_timeout below 3.11.3."""
     python = host_python(which)
@@ -242,12 +242,15 @@ def test_pyz_alone_runs_health_and_admin_commands(pyz, redis_server, docker_engi
     env["HOME"] = str(home)
 
     def run(*args, private=False, input=None, stderr="", **extra_env):
+        """stdout of a command that exits 0 and writes *stderr* (a pattern when it is an re.Pattern)."""
         command = [python, "relay.pyz", *args]
         if private:   # /functions and /var/lib/relay are fixed paths
             command = with_private_paths(command, functions, state)
         result = subprocess.run(command, cwd=fresh, env={**env, **extra_env}, input=input, capture_output=True,
                                 text=True, timeout=300)
-        assert (result.returncode, result.stderr) == (0, stderr), (args, result.stdout, result.stderr)
+        said = stderr.fullmatch(result.stderr) is not None if isinstance(stderr, re.Pattern) \
+            else result.stderr == stderr
+        assert result.returncode == 0 and said, (args, result.stdout, result.stderr)
         return result.stdout
 
     assert run("--version") == f"relay {VERSION}\n"
@@ -259,6 +262,25 @@ def test_pyz_alone_runs_health_and_admin_commands(pyz, redis_server, docker_engi
                 "this host, or it runs in a container (run the command there)\n")
     assert run("function", "ls", private=True, stderr=no_state).split() == [
         "NAME", "RUNTIME", "STATUS", "HANDLERS", "UPDATED"]
+
+    # The #20 toolbox: offline checks, the dead-letter stream, one invocation on the engine.
+    examples = str(ROOT / "examples" / "functions")
+    insert = json.dumps({"event_name": "INSERT", "table_name": "users", "new_image": {"id": "u1"}})
+    assert run("validate", examples, private=True) == f"2 functions in {examples}: 2 valid\n"
+    assert run("match", examples, input=insert) == ("user-events-python  events.created.handler\n"
+                                                    "welcome-email-node  handler.handler\n")
+    stream = f"pyz-{uuid.uuid4().hex[:8]}"
+    redis_client.xadd(f"relay:{stream}:dlq", {"original_stream": stream, "original_id": "1-0", "group": "relay",
+                                              "consumer": "worker-a", "event": insert, "reason": "doomed",
+                                              "attempts": "1", "timestamp": "2026-12-06T10:00:00Z"})
+    listed = run("dlq", "ls", "--json", REDIS_URI=redis_server.address, REDIS_STREAM=stream)
+    assert json.loads(listed)["reason"] == "doomed"
+    redriven = run("dlq", "redrive", "--all", REDIS_URI=redis_server.address, REDIS_STREAM=stream)
+    assert re.fullmatch(rf"\d+-0 -> {stream} \d+-0\nredriven 1 entry\n", redriven), redriven
+    assert redis_client.xlen(stream) == 1 and redis_client.xlen(f"relay:{stream}:dlq") == 0
+    assert run("invoke", "user-events-python", f"--dir={examples}", input=insert, private=True,
+               stderr=re.compile(r"relay invoke: events.created.handler succeeded in [0-9.]+s\n")) == \
+        'relay: function "user-events-python" handler "events.created.handler": User created: u1\n'
 
     assert os.listdir(fresh) == ["relay.pyz"]
     [extraction] = extraction_dirs(home / ".cache" / "relay")
