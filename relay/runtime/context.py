@@ -13,8 +13,8 @@ container has RELAY_FUNCTION from its start; each request carries
 RELAY_HANDLER in its header and the others (``request_variables``) as a
 JSON object, which the bootstrap puts in the environment for the handler
 call and takes out after it. A value Relay cannot pass in an environment
-variable (a NUL character, text that is not Unicode, more than
-MAX_VALUE_BYTES) leaves its variable unset; only values taken from the
+variable (a NUL character, a lone surrogate, more than MAX_VALUE_BYTES
+of UTF-8) leaves its variable unset; only values taken from the
 entry (its event_id, a schedule field) can be such.
 """
 

@@ -7,15 +7,15 @@
 The container is the same hardened container as a cold invocation's; only
 its command (the bootstrap with ``--warm``, see relay/runtime/bootstraps/),
 its labels (the function, image and worker, no invocation) and its
-environment (the function's, with RELAY_FUNCTION) differ. A request is a header line, the invocation's context and the
-event's bytes, ``invoke <seq> <handler> <context length> <event
-length>\\n<context><event>``; the context is the JSON object of the other
-RELAY_* variables (relay.runtime.context), which the bootstrap sets for the
-handler call only. The bootstrap answers by writing a marker line to each of
-its streams after the handler's output: ``\\x1e\\x1frelay:end <seq>`` on
-stderr and ``\\x1e\\x1frelay:done <seq> ok|error`` on stdout. Each stream is
-ordered, so once both markers are in, every byte the invocation wrote is too,
-and none of it is taken for another's.
+environment (the function's, with RELAY_FUNCTION) differ. A request is a
+header line, the invocation's context and the event's bytes, ``invoke <seq>
+<handler> <context length> <event length>\\n<context><event>``; the context
+is the JSON object of the other RELAY_* variables (relay.runtime.context),
+which the bootstrap sets for the handler call only. The bootstrap answers by
+writing a marker line to each of its streams after the handler's output:
+``\\x1e\\x1frelay:end <seq>`` on stderr and ``\\x1e\\x1frelay:done <seq> ok|error``
+on stdout. Each stream is ordered, so once both markers are in, every byte
+the invocation wrote is too, and none of it is taken for another's.
 
 Anything unexpected makes the container unusable (``broken`` is set) and it
 is removed: a marker that is not the expected one, a stream that ends (the
