@@ -66,13 +66,16 @@ from relay.runtime.images import ImageBuilder  # noqa: E402
 from relay.runtime.invocation import Invocation  # noqa: E402
 from relay.runtime.leases import ImageLeases  # noqa: E402
 from relay.runtime.registry import runtime_for  # noqa: E402
-from relay.runtime.warm import MARKER, WarmContainer  # noqa: E402
+from relay.runtime.warm import MARKER, WarmContainer, request  # noqa: E402
 
 HANDLER = "handler.handler"
 PAYLOAD = b'{"event_id":"evt_1","event_name":"INSERT","table_name":"users","new_image":{"id":"user_1"}}'
 TEMPLATE = "runtime: python3.14\nevents:\n  - handler: handler.handler\n    pattern:\n      event_name: [INSERT]\n"
 # Read by bench/run_all.py without importing this file.
 QUICK_ARGS = ["--invocations", "8", "--warm-invocations", "80", "--rounds", "2"]
+KEY = "5f0c6a1e9b3d47a2c8e1f0b6d2a94c17"   # an idempotency key, as the dispatcher makes them
+CONTEXT = {"RELAY_MESSAGE_ID": "1700000000000-0", "RELAY_EVENT_ID": "evt_1", "RELAY_ATTEMPT": "1",
+           "RELAY_DEADLINE": "2026-12-06T10:00:30.000Z", "RELAY_IDEMPOTENCY_KEY": KEY}
 RESIDENT_READER = "import sys\nfor line in sys.stdin:\n    sys.stdout.write('ok\\n')\n"
 
 
@@ -89,7 +92,7 @@ def relay_runner(executor, image, warm=None):
         outcome = executor.run(Invocation(function="relay-bench-noop", handler=HANDLER, image=image,
                                           payload=PAYLOAD, timeout=30 * SECOND, env={"API_URL": "http://x"},
                                           message_id="1700000000000-0", event_id="evt_1", event_name="INSERT",
-                                          warm=warm))
+                                          warm=warm, idempotency_key=KEY))
         if not outcome.ok:
             raise SystemExit(f"relay invocation failed: {outcome.error}")
 
@@ -155,7 +158,7 @@ class ProtocolFloor:
         sock, state[1] = state[0], state[1] + 1
         seq = str(state[1]).encode()
         try:
-            sock.sendall(b"invoke %s %s %d\n" % (seq, HANDLER.encode(), len(PAYLOAD)) + PAYLOAD)
+            sock.sendall(request(seq, HANDLER, CONTEXT, PAYLOAD))
             read_until(sock, [MARKER + b"end " + seq + b"\n", MARKER + b"done " + seq + b" ok\n"],
                        "a warm container exited")
         finally:

@@ -59,8 +59,9 @@ def build_engine(client: redis.Redis, address: StreamAddress, *, catalog: seams.
     settler = Settler(client, address, observer)
     slots = Slots(max_concurrency, on_wait=metrics.concurrency_waits.inc)
     buffer = Buffer(max_buffered_events, metrics.buffered_events)
-    dispatcher = Dispatcher(store=store, settler=settler, executor=executor, slots=slots, observer=observer,
-                            environment=environment, leases=leases, clock=clock, slot_wait=slot_wait)
+    dispatcher = Dispatcher(stream=address.stream, store=store, settler=settler, executor=executor, slots=slots,
+                            observer=observer, environment=environment, leases=leases, clock=clock,
+                            slot_wait=slot_wait)
     consumer = Consumer(client=client, address=address, catalog=catalog, dispatcher=dispatcher, settler=settler,
                         buffer=buffer, observer=observer, block_ms=block_ms, reclaim_interval=reclaim_interval,
                         min_idle=min_idle, max_event_bytes=max_event_bytes)

@@ -278,9 +278,10 @@ def test_pyz_alone_runs_health_and_admin_commands(pyz, redis_server, redis_clien
     redriven = run("dlq", "redrive", "--all", REDIS_URI=redis_server.address, REDIS_STREAM=stream)
     assert re.fullmatch(rf"\d+-0 -> {stream} \d+-0\nredriven 1 entry\n", redriven), redriven
     assert redis_client.xlen(stream) == 1 and redis_client.xlen(f"relay:{stream}:dlq") == 0
-    assert run("invoke", "user-events-python", f"--dir={examples}", input=insert, private=True,
-               stderr=re.compile(r"relay invoke: events.created.handler succeeded in [0-9.]+s\n")) == \
-        'relay: function "user-events-python" handler "events.created.handler": User created: u1\n'
+    invoked = run("invoke", "user-events-python", f"--dir={examples}", input=insert, private=True,
+                  stderr=re.compile(r"relay invoke: events.created.handler succeeded in [0-9.]+s\n"))
+    assert re.fullmatch(r'relay: function "user-events-python" handler "events.created.handler" '
+                        r'message "invoke-[0-9a-f]{16}": User created: u1\n', invoked), invoked
 
     assert os.listdir(fresh) == ["relay.pyz"]
     [extraction] = extraction_dirs(home / ".cache" / "relay")

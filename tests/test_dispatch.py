@@ -10,6 +10,7 @@ test_engine.py.
 import json
 from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import UTC, datetime
 
 import pytest
 
@@ -19,8 +20,10 @@ from relay.functions.function import Function
 from relay.live.catalog import ActiveFunction, Catalog
 from relay.metrics.prometheus import Metrics
 from relay.stream import markers
+from relay.stream.deadletters import DeadLetters
 from relay.stream.group import ensure_group
-from relay.stream.keys import StreamAddress, dlq_stream
+from relay.stream.keys import StreamAddress, dlq_stream, idempotency_key
+from relay.stream.schedules import Occurrence, Publisher
 from relay.wiring import build_engine
 
 STREAM, GROUP, CONSUMER = "events", "relay", "worker-1"
@@ -93,14 +96,14 @@ events:
 
 
 class Engine:
-    def __init__(self, client, functions, max_concurrency=8, buffered=16, env=None, observers=()):
+    def __init__(self, client, functions, max_concurrency=8, buffered=16, env=None, observers=(), address=ADDRESS):
         self.client = client
         self.clock = Clock()
         self.executor = ScriptedExecutor()
         self.metrics = Metrics()
         self.catalog = Catalog(functions)
         ensure_group(client, STREAM, GROUP)
-        wired = build_engine(client, ADDRESS, catalog=self.catalog, executor=self.executor,
+        wired = build_engine(client, address, catalog=self.catalog, executor=self.executor,
                              environment=env or (lambda fn: dict(fn.template.env)), leases=NoLeases(),
                              metrics=self.metrics, observers=observers, max_concurrency=max_concurrency,
                              max_buffered_events=buffered,
@@ -211,6 +214,61 @@ def test_exhaustion_routes_to_the_dlq_then_acks(engine):
     assert entry["reason"] == "attempts exhausted for orders/second.handler" and entry["attempts"] == "1"
     assert entry["timestamp"].endswith("Z")
     assert value(engine.metrics.dlq_entries) == 1 and value(engine.metrics.function_dlq_entries, "orders") == 1
+
+
+def test_every_attempt_and_delivery_of_a_target_has_its_key_and_attempt(engine):
+    engine.executor.program("first.handler", Result(ok=False, exit_code=1))
+    message_id = engine.publish({"kind": "order"})
+    engine.read()
+    engine.redeliver(after=MINUTE)               # attempt 2 of first.handler, then second.handler
+    calls = [(call.handler, call.attempt, call.idempotency_key) for call in engine.executor.calls]
+    key = idempotency_key(STREAM, message_id, engine.catalog.rules().matching({"kind": "order"})[1])
+    assert calls[1:] == [("first.handler", 1, key), ("first.handler", 2, key), ("second.handler", 1, calls[-1][2])]
+    assert len({key for _handler, _attempt, key in calls}) == 3     # one per target
+    assert engine.pending() == 0
+
+
+def test_another_worker_retrying_the_entry_gives_it_the_same_key(engine):
+    engine.executor.program("first.handler", Result(ok=False, exit_code=1))
+    message_id = engine.publish({"kind": "order"})
+    engine.read()                                # worker-1: attempt 1 fails (then worker-1 is gone)
+    other = Engine(engine.client, [ORDERS, AUDIT], address=StreamAddress(STREAM, GROUP, "worker-2"))
+    other.redeliver(after=MINUTE)                # worker-2 claims the entry and runs attempt 2
+    [first] = [call for call in engine.executor.calls if call.handler == "first.handler"]
+    [retry, _second] = [call for call in other.executor.calls if call.function == "orders"]
+    assert (retry.handler, retry.message_id, retry.attempt) == ("first.handler", message_id, 2)
+    assert retry.idempotency_key == first.idempotency_key and other.pending() == 0
+
+
+def test_a_redriven_entry_is_a_new_message_with_new_keys(engine):
+    engine.executor.program("second.handler", Result(ok=False, exit_code=7))
+    first = engine.publish({"kind": "order"})
+    engine.read()                                # second.handler has retries: 0 → dead-lettered
+    [(dlq_id, _fields)] = engine.client.xrange(dlq_stream(STREAM))
+    [(_dlq_id, redriven)] = DeadLetters(engine.client, STREAM).redrive([dlq_id.decode()])
+    engine.read()
+    before, after = engine.executor.calls[:3], engine.executor.calls[3:]
+    assert [call.message_id for call in after] == [redriven] * 3 and redriven != first
+    assert [call.attempt for call in after] == [1, 1, 1]
+    assert not {call.idempotency_key for call in before} & {call.idempotency_key for call in after}
+    assert engine.pending() == 0
+
+
+def test_a_schedule_occurrence_s_key_is_its_occurrence_id(redis_client):
+    nightly = function("nightly", """
+runtime: python3.14
+schedules:
+  - handler: jobs.run
+    cron: "0 3 * * *"
+""")
+    engine = Engine(redis_client, [nightly])
+    occurrence = Occurrence("nightly", "jobs.run", datetime(2026, 12, 6, 3, tzinfo=UTC))
+    publishers = [Publisher(engine.client, STREAM, engine.metrics) for _worker in range(2)]
+    assert [publisher.publish(occurrence) for publisher in publishers] == [True, False]   # one entry
+    engine.read()
+    [call] = engine.executor.calls
+    assert (call.handler, call.attempt) == ("jobs.run", 1)
+    assert call.idempotency_key == occurrence.id == "schedule:nightly:jobs.run:2026-12-06T03:00:00Z"
 
 
 def test_exhaustion_waits_while_another_invocation_is_runnable(engine):

@@ -7,10 +7,13 @@ temporary /var/lib/relay mounted in a private mount namespace
 
 import json
 import os
+import re
 import secrets
 import shutil
 import subprocess
 import sys
+import time
+from datetime import datetime
 
 import pytest
 
@@ -44,10 +47,14 @@ events:
     pattern:
       kind: [slow]
     timeout: 1s
+  - handler: handlers.context
+    pattern:
+      kind: [context]
+    timeout: 30s
 """
 
 HANDLERS = """\
-import os, sys, time
+import json, os, sys, time
 
 def inspect(event):
     print("uid", os.getuid(), "greeting", os.environ["GREETING"], "token", os.environ["API_TOKEN"])
@@ -66,6 +73,9 @@ def after_fail(event):
 
 def slow(event):
     time.sleep(30)
+
+def context(event):
+    print(json.dumps({name: value for name, value in os.environ.items() if name.startswith("RELAY_")}))
 """
 
 WARM_TEMPLATE = """\
@@ -124,8 +134,8 @@ def test_the_example_functions_run_as_relay_runs_them(tmp_path):
     event.write_text(json.dumps(INSERT))
     result = invoke(tmp_path, "user-events-python", f"--dir={EXAMPLES}", f"--event={event}")
     assert result.returncode == 0, result.stderr
-    assert result.stdout == ('relay: function "user-events-python" handler "events.created.handler" '
-                             'event "evt_1": User created: u1\n')
+    assert re.fullmatch(r'relay: function "user-events-python" handler "events.created.handler" '
+                        r'message "invoke-[0-9a-f]{16}" event "evt_1": User created: u1\n', result.stdout)
     assert "relay invoke: events.created.handler succeeded in " in result.stderr
     node = invoke(tmp_path, "welcome-email-node", "handler.handler", f"--dir={EXAMPLES}",
                   event={**INSERT, "new_image": {"email": "a@example.com"}})
@@ -151,7 +161,8 @@ def test_the_first_failure_stops_the_run_and_its_exit_status_is_the_command_s(fu
     root, state, cold, _ = functions
     result = invoke(state, cold, f"--dir={root}", event={"kind": "fail", "id": 1})
     assert result.returncode == 3, result.stderr
-    assert f'relay: function "{cold}" handler "handlers.fail": failing' in result.stdout
+    assert re.fullmatch(f'relay: function "{cold}" handler "handlers.fail" message "invoke-[0-9a-f]{{16}}": failing\n',
+                        result.stdout)
     assert "after fail ran" not in result.stdout
     assert f'relay invoke: function "{cold}" handler "handlers.fail": exited with code 3' in result.stderr
     # Named, the second handler runs alone; the event does not have to match it.
@@ -160,6 +171,21 @@ def test_the_first_failure_stops_the_run_and_its_exit_status_is_the_command_s(fu
     assert named.stdout.endswith(": after fail ran\n")
     assert ("relay invoke: note: the event does not match handlers.after_fail's pattern "
             '(kind: "other" is not one of ["fail"]); running it anyway') in named.stderr
+
+
+def test_the_handler_context_says_it_is_a_first_attempt_outside_any_stream(functions):
+    root, state, cold, _ = functions
+    before = time.time()
+    result = invoke(state, cold, f"--dir={root}", event={"kind": "context", "event_id": "evt_7"})
+    assert result.returncode == 0, result.stderr
+    prefix, _, printed = result.stdout.partition('": ')
+    seen = json.loads(printed)
+    assert re.fullmatch(r"invoke-[0-9a-f]{16}", seen.pop("RELAY_MESSAGE_ID")) and seen.get("RELAY_EVENT_ID")
+    assert 'message "invoke-' in prefix
+    assert re.fullmatch(r"invoke-[0-9a-f]{32}", seen.pop("RELAY_IDEMPOTENCY_KEY"))
+    assert before + 30 < datetime.fromisoformat(seen.pop("RELAY_DEADLINE")).timestamp() < time.time() + 30
+    assert seen == {"RELAY_FUNCTION": cold, "RELAY_HANDLER": "handlers.context", "RELAY_EVENT_ID": "evt_7",
+                    "RELAY_ATTEMPT": "1"}
 
 
 def test_a_handler_past_its_timeout_is_killed_and_exits_124(functions, docker_engine):
@@ -181,8 +207,8 @@ def test_a_warm_function_runs_in_a_warm_container_that_is_removed_afterwards(fun
 @pytest.mark.parametrize(("args", "event", "status", "message"), [
     (("nope",), {"kind": "inspect"}, 1, 'relay invoke: no function "nope" in '),
     (("{cold}", "handlers.missing"), {"kind": "inspect"}, 1,
-     'has no handler "handlers.missing"; its handlers: handlers.after_fail, handlers.fail, handlers.inspect, '
-     "handlers.slow"),
+     'has no handler "handlers.missing"; its handlers: handlers.after_fail, handlers.context, handlers.fail, '
+     "handlers.inspect, handlers.slow"),
     (("{cold}",), {"kind": "nothing"}, 3, 'relay invoke: no handler of "{cold}" matches this event'),
     (("{cold}",), "{not json", 1, "the 'event' field is not valid JSON"),
     (("{cold}",), "[1, 2]", 1, "the event is a JSON list, not an object; Relay would dead-letter this entry"),

@@ -32,3 +32,44 @@ def test_a_stream_address_is_one_immutable_value():
     assert address == StreamAddress("events", "relay", "worker-1") and len({address, address}) == 1
     with pytest.raises(dataclasses.FrozenInstanceError):
         address.stream = "other"
+
+
+def _targets(template_text, name="orders"):
+    from relay.functions import parse_template
+    from relay.functions.function import Function
+    from relay.functions.rules import Target
+    from relay.live.catalog import ActiveFunction
+
+    template = parse_template(template_text, f"{name}/template.yaml")
+    active = ActiveFunction(Function(name=name, directory=None, template=template, fingerprint="0" * 64), image="")
+    return [Target(active, rule) for rule in template.rules]
+
+
+TWO_RULES = """
+runtime: python3.14
+events:
+  - handler: app.handler
+    pattern: {kind: [order]}
+  - handler: app.other
+    pattern: {kind: [order]}
+  - handler: app.handler
+    pattern: {kind: [refund]}
+"""
+
+
+def test_an_idempotency_key_is_a_digest_of_the_stream_the_entry_and_the_target():
+    first, other, again = _targets(TWO_RULES)
+    key = keys.idempotency_key("events", "1-0", first)
+    assert len(key) == 32 and int(key, 16) >= 0
+    assert key == keys.idempotency_key("events", "1-0", _targets(TWO_RULES)[0])   # any worker, any delivery
+    assert key == __import__("hashlib").sha256(b"events\0" b"1-0\0" b"orders/app.handler").hexdigest()[:32]
+    others = {keys.idempotency_key("events", "1-1", first), keys.idempotency_key("other", "1-0", first),
+              keys.idempotency_key("events", "1-0", other), keys.idempotency_key("events", "1-0", again),
+              keys.idempotency_key("events", "1-0", _targets(TWO_RULES, name="refunds")[0])}
+    assert len(others) == 5 and key not in others
+
+
+def test_the_second_rule_with_the_same_handler_adds_its_place():
+    _first, _other, again = _targets(TWO_RULES)
+    assert keys.idempotency_key("events", "1-0", again) == __import__("hashlib").sha256(
+        b"events\0" b"1-0\0" b"orders/app.handler\0" b"1").hexdigest()[:32]

@@ -119,3 +119,37 @@ def test_a_handler_may_choose_its_exit_status(function_dir):
 def test_invalid_event_json_fails(function_dir):
     result = run(function_dir, "handler.handler", raw=b"{not json")
     assert result.returncode == 1 and "JSONDecodeError" in result.stderr.decode()
+
+
+# --- warm: the handler context of each request ---
+
+def serve(function_dir, *requests):
+    """The bootstrap in warm mode, as a warm container runs it, fed *requests* then end-of-file."""
+    from relay.runtime.warm import request
+
+    data = b"".join(request(str(seq).encode(), handler, variables, json.dumps(event).encode())
+                    for seq, (handler, variables, event) in enumerate(requests, 1))
+    bootstrap = function_dir.parent / "opt" / "relay_bootstrap.py"
+    return subprocess.run(["/bin/sh", "-c", f'exec "{sys.executable}" -u -B "{bootstrap}" --warm 3<&0 </dev/null'],
+                          input=data, capture_output=True, cwd=function_dir,
+                          env={"PATH": "/usr/bin:/bin", "RELAY_FUNCTION": "fn"}, timeout=60)
+
+
+def test_a_warm_request_s_context_is_in_the_environment_for_its_handler_call_only(function_dir):
+    (function_dir / "context.py").write_text(
+        "import json, os\n\n"
+        "def show(event):\n"
+        "    print(json.dumps({name: value for name, value in os.environ.items() if name.startswith('RELAY_')}))\n")
+    first = {"RELAY_MESSAGE_ID": "1-0", "RELAY_EVENT_ID": "evt 1\nnext line", "RELAY_ATTEMPT": "2",
+             "RELAY_DEADLINE": "2026-12-06T10:00:06.250Z", "RELAY_IDEMPOTENCY_KEY": "ab" * 16}
+    second = {"RELAY_MESSAGE_ID": "2-0", "RELAY_ATTEMPT": "1", "RELAY_DEADLINE": "2026-12-06T10:00:07.000Z",
+              "RELAY_IDEMPOTENCY_KEY": "cd" * 16}
+    result = serve(function_dir, ("context.show", first, {}), ("context.show", second, {}), ("context.show", {}, {}))
+    assert result.returncode == 0, result.stderr.decode()
+    replies = result.stdout.decode().split("\x1e\x1frelay:")
+    assert replies[0] == "" and replies[1].startswith("ready 2\n")
+    shown = [json.loads(reply.partition("\n")[2]) for reply in replies[1:4]]   # each after the previous marker
+    assert shown == [{"RELAY_FUNCTION": "fn", "RELAY_HANDLER": "context.show", **first},
+                     {"RELAY_FUNCTION": "fn", "RELAY_HANDLER": "context.show", **second},
+                     {"RELAY_FUNCTION": "fn", "RELAY_HANDLER": "context.show"}]
+    assert replies[4:] == ["done 3 ok\n"]

@@ -7,7 +7,7 @@ import pytest
 from relay.durations import MINUTE, SECOND
 from relay.errors import TemplateError
 from relay.functions import parse_template
-from relay.functions.template import Warm
+from relay.functions.template import RESERVED_VARIABLES, Warm
 
 SOURCE = "/functions/demo/template.yaml"
 RULE = "events:\n  - handler: events.created.handler\n    pattern: {event_name: [INSERT]}\n"
@@ -273,11 +273,24 @@ def test_env_values_are_the_scalar_text_as_written():
     ("1BAD: x", "env.1BAD: '1BAD' is not a valid environment variable name"),
     ("BAD-NAME: x", "env.BAD-NAME: 'BAD-NAME' is not a valid environment variable name"),
     ("RELAY_HANDLER: x", "env.RELAY_HANDLER: RELAY_HANDLER is reserved by Relay"),
+    ("RELAY_IDEMPOTENCY_KEY: x", "env.RELAY_IDEMPOTENCY_KEY: RELAY_IDEMPOTENCY_KEY is reserved by Relay"),
     ("LIST: [a, b]", "env.LIST: must be a single value"),
     ("MAP: {a: b}", "env.MAP: must be a single value"),
 ])
 def test_bad_env(env, message):
     assert message in problems(f"runtime: node24\nenv:\n  {env}\n" + RULE)
+
+
+def test_every_handler_context_variable_is_reserved_in_env_and_secrets():
+    from relay.runtime.context import NAMES
+
+    assert set(NAMES) == RESERVED_VARIABLES
+    text = problems("runtime: node24\nenv:\n" + "".join(f"  {name}: x\n" for name in NAMES)
+                    + "secrets:\n" + "".join(f"  {name}: database\n" for name in NAMES) + RULE)
+    for name in NAMES:
+        assert f"env.{name}: {name} is reserved by Relay" in text
+        assert f"secrets.{name}: {name} is reserved by Relay" in text
+    assert parse_template("runtime: node24\nenv:\n  RELAY_URL: x\n" + RULE, "t.yaml").env == {"RELAY_URL": "x"}
 
 
 def test_env_must_be_a_mapping():
@@ -290,6 +303,7 @@ def test_env_must_be_a_mapping():
     ("DB: 5", "secrets.DB: 5 is not a valid secret name"),
     ("1DB: database", "secrets.1DB: '1DB' is not a valid environment variable name"),
     ("RELAY_HANDLER: database", "secrets.RELAY_HANDLER: RELAY_HANDLER is reserved by Relay"),
+    ("RELAY_DEADLINE: database", "secrets.RELAY_DEADLINE: RELAY_DEADLINE is reserved by Relay"),
     ("API_URL: api-url", "secrets.API_URL: API_URL is also set in env"),
 ])
 def test_bad_secrets(secrets, message):

@@ -10,9 +10,16 @@ handler on stderr says how it ended. The exit status is the handler's: the
 first failing one's when several run (they run in order and stop at the
 first failure, as the dispatcher does), 124 when it timed out, 1 when it
 could not run at all. Redis is not used.
+
+The handler context is that of a first attempt on an entry that is not in
+any stream: RELAY_MESSAGE_ID is ``invoke-<16 hex digits>``, new for each
+run; RELAY_IDEMPOTENCY_KEY is ``invoke-<32 hex digits>``, new for each
+handler run, so nothing a stream delivery did ever looks like it;
+RELAY_ATTEMPT is 1, and RELAY_DEADLINE is the rule's timeout from the start.
 """
 
 import os
+import secrets
 import socket
 import sys
 from dataclasses import dataclass
@@ -154,12 +161,14 @@ def _run_handlers(docker, function, plan, targets, env, stdout):
     template = function.template
     # Labelled with a worker name no Relay has, so no starting Relay sweeps these containers as its own.
     executor = Executor(docker, f"relay-invoke@{socket.gethostname()}", output=stdout, warm_capacity=1)
+    message_id = f"invoke-{secrets.token_hex(8)}"
     try:
         for target in targets:
             outcome = executor.run(Invocation(
                 function=function.name, handler=target.handler, image=image, payload=plan.payload.encode(),
-                timeout=target.timeout, env=env, event_id=plan.event_id, event_name=plan.event_name,
-                network=template.network, runtime=template.runtime, warm=template.warm))
+                timeout=target.timeout, env=env, message_id=message_id, event_id=plan.event_id,
+                event_name=plan.event_name, network=template.network, runtime=template.runtime,
+                warm=template.warm, attempt=1, idempotency_key=f"invoke-{secrets.token_hex(16)}"))
             took = f"{outcome.duration:.2f}s"
             if outcome.ok:
                 print(f"relay invoke: {target.handler} succeeded in {took}", file=sys.stderr)

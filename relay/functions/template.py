@@ -28,7 +28,8 @@ DEFAULT_CONCURRENCY = 2
 DEFAULT_TIMEOUT = 6 * SECOND
 MAX_TIMEOUT = 5 * MINUTE
 DEFAULT_RETRIES = 4
-RESERVED_VARIABLES = frozenset({"RELAY_HANDLER"})
+RESERVED_VARIABLES = frozenset({"RELAY_FUNCTION", "RELAY_HANDLER", "RELAY_MESSAGE_ID", "RELAY_EVENT_ID",
+                                "RELAY_ATTEMPT", "RELAY_DEADLINE", "RELAY_IDEMPOTENCY_KEY"})  # relay.runtime.context
 NETWORKS = ("none",)  # network: none runs the containers without any network; absent means the engine's default
 DEFAULT_MAX_INVOCATIONS = 1000
 DEFAULT_IDLE = 10 * MINUTE

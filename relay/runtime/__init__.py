@@ -8,6 +8,7 @@
     image_gc       removal of old relay-fn-* tags nobody uses any more
     sweep          removal of this host's orphaned execution containers at start
     containers     what an execution container looks like: hardening and labels
+    context        the RELAY_* variables each invocation sees
     output         handler stdout/stderr, demultiplexed and forwarded line by line
     executor       one invocation: create, attach, start, wait, clean up
 

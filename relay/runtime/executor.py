@@ -26,7 +26,7 @@ from requests.exceptions import RequestException
 from relay.config import DEFAULT_MAX_CONCURRENCY
 from relay.durations import format_duration
 from relay.errors import ExecutionError, ImageMissing, reason
-from relay.runtime import protocol
+from relay.runtime import context, protocol
 from relay.runtime.containers import USER, container_name, host_config, labels, remove_container
 from relay.runtime.invocation import Outcome, engine_error_text, is_unreachable, redact
 from relay.runtime.output import OutputForwarder, prefix
@@ -86,6 +86,7 @@ class _Execution:
         self.invocation = invocation
         self.started = started
         self.deadline = started + invocation.timeout / 1e9
+        self.wall_deadline = time.time() + (self.deadline - time.monotonic())   # RELAY_DEADLINE
         self.container_id = None
         self.name = container_name(invocation.function)
         self.unreachable = False
@@ -137,7 +138,7 @@ class _Execution:
                 name=self.name,
                 user=USER,
                 stdin_open=True,  # with detach=False: attach stdin, close it after our end-of-file
-                environment={**invocation.env, "RELAY_HANDLER": invocation.handler},
+                environment=context.environment(invocation, self.wall_deadline),
                 labels=labels(invocation, self.executor._hostname),
                 host_config=self.executor._host_config(invocation.network),
                 use_config_proxy=False,  # the container's env is the template's, nothing else

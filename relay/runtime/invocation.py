@@ -33,6 +33,8 @@ class Invocation:
     network: str | None = None  # the template's network ("none"), or None for the engine's default
     runtime: str = "python3.14"  # the template's runtime: which warm bootstrap to start
     warm: Warm | None = None     # the template's warm settings; None runs a throw-away container
+    attempt: int = 1             # 1-based: RELAY_ATTEMPT
+    idempotency_key: str | None = None  # RELAY_IDEMPOTENCY_KEY (relay.stream.keys.idempotency_key)
 
     def __repr__(self):  # env holds secret values: never print them
         return (f"Invocation(function={self.function!r}, handler={self.handler!r}, image={self.image!r}, "

@@ -5,10 +5,13 @@
     → removed (idle, recycled, retired, timed out, broken, or Relay stopping)
 
 The container is the same hardened container as a cold invocation's; only
-its command differs (the bootstrap with ``--warm``, see
-relay/runtime/bootstraps/) and its labels, which name the function, image
-and worker but no invocation. A request is a header line and the event's
-bytes, ``invoke <seq> <handler> <length>\\n<event>``; the bootstrap answers by
+its command (the bootstrap with ``--warm``, see relay/runtime/bootstraps/),
+its labels (the function, image and worker, no invocation) and its
+environment (the function's, with RELAY_FUNCTION) differ. A request is a
+header line, the invocation's context and the event's bytes, ``invoke <seq>
+<handler> <context length> <event length>\\n<context><event>``; the context
+is the JSON object of the other RELAY_* variables (relay.runtime.context),
+which the bootstrap sets for the handler call only. The bootstrap answers by
 writing a marker line to each of its streams after the handler's output:
 ``\\x1e\\x1frelay:end <seq>`` on stderr and ``\\x1e\\x1frelay:done <seq> ok|error``
 on stdout. Each stream is ordered, so once both markers are in, every byte
@@ -21,13 +24,14 @@ a container is idle (a thread the handler left running) is forwarded with
 the prefix of the invocation that ran last, before the next one starts.
 """
 
+import json
 import logging
 import socket
 import time
 from typing import Any
 
 from relay.errors import ContainerExited, DeadlineExceeded, ExecutionError, ProtocolBreak
-from relay.runtime import protocol
+from relay.runtime import context, protocol
 from relay.runtime.containers import (
     FUNCTION_LABEL,
     HOSTNAME_LABEL,
@@ -45,7 +49,7 @@ log = logging.getLogger("relay.runtime.warm")
 WARM_LABEL = "relay.warm"
 MARKER = b"\x1e\x1frelay:"
 MARKER_LINE_LIMIT = 256
-PROTOCOL_VERSION = b"1"
+PROTOCOL_VERSION = b"2"
 EXIT_STATUS_WAIT = 5.0  # seconds to learn the exit code of a container whose streams ended
 
 
@@ -130,7 +134,8 @@ class WarmContainer:
         self._sink.prefix_with(*prefix_parts)
         try:
             created = self.api.create_container(
-                self.image, name=self.name, user=user, stdin_open=True, environment=dict(env),
+                self.image, name=self.name, user=user, stdin_open=True,
+                environment={**env, context.FUNCTION: self.function},
                 labels=self.labels(), host_config=host_config, entrypoint=list(command),
                 use_config_proxy=False)
             self.container_id = created["Id"]
@@ -150,9 +155,10 @@ class WarmContainer:
 
     # --- one invocation -----------------------------------------------------------
 
-    def invoke(self, handler, payload, prefix_parts, deadline):
-        """Run *handler* on *payload*, its output prefixed with ``output.prefix(*prefix_parts)``;
-        True when it returned, False when it raised.
+    def invoke(self, handler, variables, payload, prefix_parts, deadline):
+        """Run *handler* on *payload* with the context *variables* (context.request_variables),
+        its output prefixed with ``output.prefix(*prefix_parts)``; True when it returned, False
+        when it raised.
 
         Raises DeadlineExceeded, ContainerExited, ProtocolBreak or an engine
         error; after any of them the container is broken and must be removed.
@@ -162,8 +168,7 @@ class WarmContainer:
             self._seq += 1
             seq = str(self._seq).encode()
             self._expected = {STDOUT: None, STDERR: b"end " + seq}
-            header = b"invoke %s %s %d\n" % (seq, handler.encode(), len(payload))
-            self._send(header + payload, deadline)
+            self._send(request(seq, handler, variables, payload), deadline)
             done = self._read_markers(deadline, done_seq=seq)
         except BaseException:
             self.broken = True
@@ -287,6 +292,12 @@ class WarmContainer:
                                getattr(self._handle, "_response", None), self._wait)
         self._handle = self._sock = self._wait = None
         return gone
+
+
+def request(seq, handler, variables, payload):
+    """The bytes of request *seq* (bytes): run *handler* on *payload* with the context *variables*."""
+    encoded = json.dumps(variables, separators=(",", ":")).encode()
+    return b"invoke %s %s %d %d\n%s%s" % (seq, handler.encode(), len(encoded), len(payload), encoded, payload)
 
 
 def _show(text):

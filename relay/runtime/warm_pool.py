@@ -34,6 +34,7 @@ from requests.exceptions import RequestException
 
 from relay.durations import format_duration
 from relay.errors import ContainerExited, DeadlineExceeded, ExecutionError, ImageMissing, ProtocolBreak, RelayError
+from relay.runtime import context
 from relay.runtime.containers import host_config
 from relay.runtime.invocation import Outcome, engine_error_text, is_unreachable
 from relay.runtime.registry import runtime_for
@@ -124,7 +125,8 @@ class WarmPool:
         done = None
         try:
             deadline = time.monotonic() + invocation.timeout / 1e9
-            done = container.invoke(invocation.handler, invocation.payload, parts, deadline)
+            variables = context.request_variables(invocation, time.time() + invocation.timeout / 1e9)
+            done = container.invoke(invocation.handler, variables, invocation.payload, parts, deadline)
         except DeadlineExceeded:
             return outcome(None, timed_out=True, error=describe(
                 f"timed out after {format_duration(invocation.timeout)}; its warm container was removed"))

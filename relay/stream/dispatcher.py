@@ -27,7 +27,7 @@ from relay.durations import format_duration
 from relay.errors import RelayError
 from relay.runtime.invocation import Invocation, Outcome
 from relay.stream import markers, seams
-from relay.stream.keys import target_field
+from relay.stream.keys import idempotency_key, target_field
 from relay.stream.markers import Action, decide
 from relay.stream.plans import Plan
 from relay.stream.settle import takes_prelude
@@ -46,9 +46,11 @@ class NotRun(Enum):
 
 
 class Dispatcher:
-    def __init__(self, *, store: seams.InvocationStore, settler: seams.Settler, executor: seams.Executor,
-                 slots: seams.Slots, observer: seams.Observer, environment: seams.Environment,
-                 leases: seams.Leases, clock: seams.Clock = time.time_ns, slot_wait: float = SLOT_WAIT) -> None:
+    def __init__(self, *, stream: str, store: seams.InvocationStore, settler: seams.Settler,
+                 executor: seams.Executor, slots: seams.Slots, observer: seams.Observer,
+                 environment: seams.Environment, leases: seams.Leases, clock: seams.Clock = time.time_ns,
+                 slot_wait: float = SLOT_WAIT) -> None:
+        self.stream = stream      # names the invocations' idempotency keys
         self.store = store
         self.settler = settler
         self.executor = executor
@@ -152,12 +154,12 @@ class Dispatcher:
         self.observer.invocation_started(name, handler, attempt)
         outcome = None
         try:
-            outcome = self._invoke(plan, target)
+            outcome = self._invoke(plan, target, attempt)
             return outcome
         finally:
             self.observer.invocation_finished(name, handler, attempt, outcome)
 
-    def _invoke(self, plan, target):
+    def _invoke(self, plan, target, attempt):
         active = target.active
         try:
             env = self.environment(active.function)
@@ -168,7 +170,8 @@ class Dispatcher:
             payload=plan.payload.encode(), timeout=target.rule.timeout, env=env,
             message_id=plan.message_id, event_id=plan.event_id, event_name=plan.event_name,
             network=active.function.template.network, runtime=active.function.template.runtime,
-            warm=active.function.template.warm)
+            warm=active.function.template.warm, attempt=attempt,
+            idempotency_key=plan.occurrence or idempotency_key(self.stream, plan.message_id, target))
         return self.executor.run(invocation)
 
     def _record(self, plan, target, attempt, outcome):

@@ -6,6 +6,7 @@ without a migration. Pure values and string functions, no Redis client.
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 from urllib.parse import quote
 
@@ -45,6 +46,35 @@ def invocation_field(function: str, handler: str) -> str:
 def target_field(target) -> str:
     """The field of a matched rule (a relay.functions.rules.Target) in that hash."""
     return invocation_field(target.active.name, target.rule.handler)
+
+
+# --- the handler context --------------------------------------------------------------
+
+
+def idempotency_key(stream: str, message_id: str, target) -> str:
+    """RELAY_IDEMPOTENCY_KEY of one matched rule (a Target) on one entry: 32 hex digits.
+
+    The first 128 bits of a SHA-256 over the stream, the entry's id and the
+    target's field, so it is the same on every attempt and every delivery,
+    whichever worker runs it, and new for a redriven entry (a new id). Two
+    rules of one function with the same handler share a field; the second
+    and later of them add their place among those rules, so each rule has
+    its own key. A schedule occurrence uses its occurrence id instead.
+    """
+    parts = [stream, message_id, target_field(target)]
+    repeat = _repeat(target)
+    if repeat:
+        parts.append(str(repeat))
+    return hashlib.sha256("\0".join(parts).encode("utf-8", "surrogateescape")).hexdigest()[:32]
+
+
+def _repeat(target) -> int:
+    """How many rules of the target's function before its rule have the same handler."""
+    rules = target.active.function.template.rules
+    for index, rule in enumerate(rules):
+        if rule is target.rule:
+            return sum(1 for earlier in rules[:index] if earlier.handler == rule.handler)
+    return 0
 
 
 # --- the dead-letter stream -----------------------------------------------------------

@@ -40,6 +40,7 @@ class Plan:
     raw: bytes | None = None     # the event field's bytes when they are not text, or their start when too big
     event_bytes: int = 0         # the event field's size when it was too big to read (raw is cut)
     trimmed: bool = False        # the entry was trimmed away while it was pending: nothing left to run
+    occurrence: str | None = None  # a schedule occurrence's id (its idempotency key)
 
     @property
     def kept(self):
@@ -118,7 +119,8 @@ def _scheduled(message_id, payload, event, occurrence, snapshot, waiting):
     """A schedule occurrence runs exactly its function's handler; no pattern matching."""
     from relay.stream.schedules import parse_occurrence_id
 
-    parsed = parse_occurrence_id(occurrence.decode("utf-8", "replace"))
+    occurrence_id = occurrence.decode("utf-8", "replace")
+    parsed = parse_occurrence_id(occurrence_id)
     if parsed is None:
         return Plan(message_id, payload, event, problem=f"the 'schedule' field {occurrence!r} is not an occurrence id")
     function, handler, _scheduled_at = parsed
@@ -127,7 +129,8 @@ def _scheduled(message_id, payload, event, occurrence, snapshot, waiting):
     targets = tuple(Target(active, schedule)
                     for active in snapshot if active.name == function
                     for schedule in active.function.template.schedules if schedule.handler == handler)
-    return Plan(message_id, payload, event, targets[:1], scheduled=True, obsolete=not targets)
+    return Plan(message_id, payload, event, targets[:1], scheduled=True, obsolete=not targets,
+                occurrence=occurrence_id)
 
 
 def _too_deep(payload, event):
