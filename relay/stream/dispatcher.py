@@ -31,7 +31,7 @@ from contextlib import ExitStack
 from dataclasses import dataclass
 from enum import Enum
 
-from relay.durations import format_compact, format_duration
+from relay.durations import format_duration
 from relay.errors import RelayError
 from relay.runtime.invocation import Invocation, Outcome
 from relay.stream import markers, seams
@@ -39,7 +39,7 @@ from relay.stream.keys import target_field
 from relay.stream.markers import Action, decide
 from relay.stream.plans import Plan
 from relay.stream.settle import takes_prelude
-from relay.stream.verdict import COMPLETE, Status, TargetOutcome, Verdict, decide_settlement, expired
+from relay.stream.verdict import COMPLETE, Status, TargetOutcome, Verdict, decide_settlement, expired, expiry_reason
 
 log = logging.getLogger("relay.stream.dispatcher")
 
@@ -107,8 +107,7 @@ class Dispatcher:
                 outcomes[index] = TargetOutcome(Status.TERMINAL, decision.attempt)
             elif stale is not None:       # terminal: the later rules still run
                 log.info("Entry older than max_event_age; handler not run", extra=_attrs(
-                    plan, target, age=format_compact(now - plan.added_at),
-                    max_event_age=format_compact(target.rule.max_event_age), on_expired=target.rule.on_expired))
+                    plan, target, reason=expiry_reason(plan, target, now), on_expired=target.rule.on_expired))
                 outcomes[index] = stale
             elif decision.action is Action.SKIP_BUSY:
                 log.debug("Invocation running elsewhere or backing off; entry left pending",
