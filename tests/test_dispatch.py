@@ -652,8 +652,10 @@ def test_a_retry_due_sooner_than_the_reclaimer_is_run_by_this_worker_when_due(re
     assert value(engine.metrics.retries) == 1
 
 
-def test_a_delay_longer_than_the_reclaim_interval_is_left_to_the_reclaimer(redis_client):
-    engine = held_engine(redis_client, reclaim_interval=0.2)
+@pytest.mark.parametrize("reclaim_interval", [0.2, 0.3])
+def test_a_delay_as_long_as_the_reclaim_interval_is_left_to_the_reclaimer(redis_client, reclaim_interval):
+    """As Relay's default first backoff (1m) with its reclaim interval (1m): as before, not held."""
+    engine = held_engine(redis_client, reclaim_interval=reclaim_interval)
     engine.executor.program("app.retry", Result(ok=False, exit_code=1))
     message_id = engine.publish({"kind": "quick"})
     accept_one(engine)

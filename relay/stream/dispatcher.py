@@ -55,9 +55,9 @@ class NotRun(Enum):
 
 @dataclass(frozen=True, slots=True)
 class RetryDue:
-    """An entry left pending whose next attempt is due at *at* (unix ns), *delay* seconds from now."""
+    """An entry left pending whose next attempt is due *delay* seconds after its failure (or, for a
+    retry found waiting, after that was seen): waiting that long from now never starts it early."""
 
-    at: int
     delay: float
 
 
@@ -112,8 +112,8 @@ class Dispatcher:
             elif decision.action is Action.SKIP_BUSY:
                 log.debug("Invocation running elsewhere or backing off; entry left pending",
                           extra=_attrs(plan, target))
-                retry_at = marker.deadline if marker.kind == markers.WAITING else 0
-                outcomes[index] = TargetOutcome(Status.OPEN, decision.attempt, retry_at)
+                retry_in = marker.deadline - now if marker.kind == markers.WAITING else 0
+                outcomes[index] = TargetOutcome(Status.OPEN, decision.attempt, retry_in)
                 break                     # later rules run only after this one is done
             elif decision.action is Action.EXHAUST:
                 self.store.exhausted(plan.message_id, field, decision.attempt)
@@ -137,12 +137,13 @@ class Dispatcher:
         self._settle(plan, settlement, unwritten)
         return self._retry_due(settlement, outcomes)
 
-    def _retry_due(self, settlement, outcomes):
-        """When an entry left pending has a retry waiting out its backoff: the earliest due."""
+    @staticmethod
+    def _retry_due(settlement, outcomes):
+        """When an entry left pending has a retry waiting out its backoff: the soonest."""
         if settlement.verdict is not Verdict.LEAVE_PENDING:
             return None
-        due = min((outcome.retry_at for outcome in outcomes.values() if outcome.retry_at), default=0)
-        return RetryDue(due, max(0.0, (due - self.clock()) / 1e9)) if due else None
+        wait = min((outcome.retry_in for outcome in outcomes.values() if outcome.retry_in > 0), default=0)
+        return RetryDue(wait / 1e9) if wait else None
 
     def _settle(self, plan, settlement, unwritten):
         """Settle the entry, with the marker of the target that completed last (*unwritten*).
@@ -222,11 +223,10 @@ class Dispatcher:
         wait = markers.backoff(attempt, target.rule.retry_backoff)
         if target.rule.retry_jitter:
             wait = markers.jittered(wait, random.random())
-        retry_at = self.clock() + wait
-        self.store.failed(plan.message_id, target_field(target), retry_at, attempt)
+        self.store.failed(plan.message_id, target_field(target), self.clock() + wait, attempt)
         attrs["retry_in"] = format_duration(wait)
         log.warning("Handler failed; will retry", extra=attrs)
-        return TargetOutcome(Status.OPEN, attempt, retry_at)
+        return TargetOutcome(Status.OPEN, attempt, wait)
 
 
 def _attrs(plan, target, **more):
