@@ -713,3 +713,15 @@ def test_a_held_entry_acknowledged_elsewhere_meanwhile_is_not_run_again(redis_cl
     assert engine.consumer.drain(10)
     assert len(engine.started) == 1 and engine.pending() == 0
     assert engine.consumer.buffer.used == 0
+
+
+def test_an_entry_whose_retry_another_worker_is_waiting_for_goes_back_to_the_reclaimer(redis_client):
+    """Only the worker whose attempt failed holds the entry: one handed over with its retry not yet
+    due is left pending, as before, rather than filling the buffer with waits."""
+    engine = held_engine(redis_client)
+    message_id = engine.publish({"kind": "quick"})
+    engine.client.hset(markers.state_key(STREAM, GROUP, message_id), "quick/app.retry",
+                       markers.waiting(time.time_ns() + 5 * SECOND, 1))
+    accept_one(engine)
+    assert engine.consumer.drain(2)
+    assert engine.started == [] and engine.pending() == 1 and engine.consumer.buffer.used == 0

@@ -12,13 +12,13 @@ ahead of it (``read_once``), so a busy stream costs one round trip a batch.
 No more than MAX_BUFFERED_EVENTS entries are held at once: with the buffer
 full nothing is read, so the backlog stays in Redis.
 
-A failed attempt whose retry is due sooner than the reclaim interval is
+A failed attempt whose backoff is shorter than the reclaim interval is
 not left to the reclaimer, which would run it up to an interval late: the
 dispatch's greenlet holds the entry (it stays in the buffer), sleeps until
 the retry is due, claims the entry again and dispatches it anew (``_hold``,
-``_take_back``). A longer delay goes to the reclaimer. On stop, a held entry
-stops waiting at once and stays pending for another worker, so it never
-holds up the drain.
+``_take_back``). A longer backoff goes to the reclaimer, as before. On stop,
+a held entry stops waiting at once and stays pending for another worker,
+so it never holds up the drain.
 
 An entry whose dispatch outlives the idle time (a slow handler, a retry
 waiting for a slot or held for its backoff) is idle in Redis as far as
@@ -274,23 +274,29 @@ class Consumer:
         self.dispatches.spawn(self._dispatch, plan)
 
     def _dispatch(self, plan):
-        message_id = plan.message_id
+        message_id, holding = plan.message_id, False
         try:
             while plan is not None:
                 retry = self.dispatcher.dispatch(plan)
-                if retry is None or not self._hold(message_id, retry):
+                if retry is None or not self._hold(message_id, retry, holding):
                     break
-                plan = self._take_back(message_id)
+                plan, holding = self._take_back(message_id), True
         except Exception:
             log.exception("Dispatch failed unexpectedly; the entry stays pending", extra={"message_id": message_id})
         finally:
             self.in_flight.discard(message_id)
             self.buffer.release()
 
-    def _hold(self, message_id, retry):
-        """Wait for a retry due sooner than the reclaimer would bring the entry back; False when it is
-        the reclaimer's (a longer delay) or Relay is stopping (the entry stays pending for another worker)."""
-        if retry.delay >= self.reclaim_interval:
+    def _hold(self, message_id, retry, holding):
+        """Wait for a retry due sooner than the reclaimer would bring the entry back; False when it
+        is the reclaimer's or Relay is stopping (the entry stays pending for another worker).
+
+        Only an attempt that failed here is held for (or one held already,
+        in case the wait ended a moment early): an entry the reclaimer hands
+        over with its retry not yet due goes back to the reclaimer, as
+        before, rather than filling the buffer with waits.
+        """
+        if retry.delay >= self.reclaim_interval or not (retry.after_failure or holding):
             return False
         log.debug("Entry held for its retry", extra={"message_id": message_id, "retry_in": f"{retry.delay:.3f}s"})
         if self.stopping.wait(retry.delay):

@@ -55,10 +55,12 @@ class NotRun(Enum):
 
 @dataclass(frozen=True, slots=True)
 class RetryDue:
-    """An entry left pending whose next attempt is due *delay* seconds after its failure (or, for a
-    retry found waiting, after that was seen): waiting that long from now never starts it early."""
+    """An entry left pending for a retry due *delay* seconds after its attempt failed here (or,
+    *after_failure* False, after its marker was found still waiting): waiting that long from
+    now never starts it early."""
 
     delay: float
+    after_failure: bool
 
 
 class Dispatcher:
@@ -95,6 +97,7 @@ class Dispatcher:
         stored = self.store.load(plan.message_id)
         outcomes = {}
         unwritten = None      # the field of a target that completed here, its marker not written yet
+        retry = None          # the target the dispatch stopped at waits out a backoff
         for index, target in enumerate(plan.targets):
             field = target_field(target)
             raw = stored.get(field)
@@ -112,8 +115,7 @@ class Dispatcher:
             elif decision.action is Action.SKIP_BUSY:
                 log.debug("Invocation running elsewhere or backing off; entry left pending",
                           extra=_attrs(plan, target))
-                retry_in = marker.deadline - now if marker.kind == markers.WAITING else 0
-                outcomes[index] = TargetOutcome(Status.OPEN, decision.attempt, retry_in)
+                outcomes[index], retry = TargetOutcome(Status.OPEN, decision.attempt), _backing_off(marker, now)
                 break                     # later rules run only after this one is done
             elif decision.action is Action.EXHAUST:
                 self.store.exhausted(plan.message_id, field, decision.attempt)
@@ -131,19 +133,12 @@ class Dispatcher:
                     continue
                 outcomes[index] = outcome
                 if outcome.status is not Status.COMPLETE:
+                    retry = RetryDue(outcome.retry_in / 1e9, after_failure=True) if outcome.retry_in else None
                     break                 # abort on the first failure
                 unwritten = field
         settlement = decide_settlement(plan, outcomes, stored=stored, now=self.clock())
         self._settle(plan, settlement, unwritten)
-        return self._retry_due(settlement, outcomes)
-
-    @staticmethod
-    def _retry_due(settlement, outcomes):
-        """When an entry left pending has a retry waiting out its backoff: the soonest."""
-        if settlement.verdict is not Verdict.LEAVE_PENDING:
-            return None
-        wait = min((outcome.retry_in for outcome in outcomes.values() if outcome.retry_in > 0), default=0)
-        return RetryDue(wait / 1e9) if wait else None
+        return retry if settlement.verdict is Verdict.LEAVE_PENDING else None
 
     def _settle(self, plan, settlement, unwritten):
         """Settle the entry, with the marker of the target that completed last (*unwritten*).
@@ -227,6 +222,11 @@ class Dispatcher:
         attrs["retry_in"] = format_duration(wait)
         log.warning("Handler failed; will retry", extra=attrs)
         return TargetOutcome(Status.OPEN, attempt, wait)
+
+
+def _backing_off(marker, now):
+    """The RetryDue of an invocation found waiting out its backoff, else None (it is running)."""
+    return RetryDue((marker.deadline - now) / 1e9, after_failure=False) if marker.kind == markers.WAITING else None
 
 
 def _attrs(plan, target, **more):

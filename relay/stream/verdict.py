@@ -59,7 +59,7 @@ class Status(Enum):
 class TargetOutcome:
     status: Status
     attempts: int = 0         # attempts made (for TERMINAL and EXPIRED, the count the dead-letter entry reports)
-    retry_in: int = 0         # OPEN waiting out a backoff: the wait (ns) from the failure, or what was left of it
+    retry_in: int = 0         # OPEN after an attempt failed here: the wait (ns) before the next one
 
 
 COMPLETE = TargetOutcome(Status.COMPLETE)
