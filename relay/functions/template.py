@@ -57,9 +57,9 @@ class Rule:
     pattern: Pattern
     timeout: int = DEFAULT_TIMEOUT  # nanoseconds
     retries: int = DEFAULT_RETRIES
-    retry_backoff: tuple[int, ...] | None = None  # nanoseconds before retry n, the last repeating; None: Relay's
+    retry_backoff: tuple[int, ...] | None = None  # ns before retry n, the last repeating; None: 1m, 2m, 5m, 10m
     retry_jitter: bool = False                    # each delay spread by ±20 %
-    max_event_age: int | None = None   # nanoseconds; an entry older than this is not run (the function's, if unset)
+    max_event_age: int | None = None   # ns; not run for an older entry (the function's value unless the rule's own)
     on_expired: str = DEAD_LETTER      # what happens to such an entry: dead-letter or drop
 
 
