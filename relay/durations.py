@@ -102,6 +102,16 @@ def format_duration(nanoseconds):
     return sign + text
 
 
+def format_compact(nanoseconds):
+    """Like ``format_duration`` without its zero units: "1h" for 1h0m0s, "3h12m", "1h30s"."""
+    text = format_duration(nanoseconds)
+    if "h" in text:
+        text = text.replace("h0m", "h", 1)
+    if text.endswith(("h0s", "m0s")):
+        text = text[:-2]
+    return text
+
+
 def _decimal(value, unit):
     whole, fraction = divmod(value, unit)
     if not fraction:

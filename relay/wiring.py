@@ -97,3 +97,7 @@ class Observers:
     def settled(self, settlement: Settlement, count: int) -> None:
         for observer in self.observers:
             observer.settled(settlement, count)
+
+    def expired(self, function: str) -> None:
+        for observer in self.observers:
+            observer.expired(function)

@@ -8,10 +8,12 @@ test_engine.py.
 """
 
 import json
+import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
+import gevent
 import pytest
 
 from relay.durations import MINUTE, SECOND
@@ -96,9 +98,16 @@ events:
 
 
 class Engine:
-    def __init__(self, client, functions, max_concurrency=8, buffered=16, env=None, observers=(), address=ADDRESS):
+    """The engine on a clock that moves only when a test says so (``redeliver``).
+
+    Its reclaim interval is 0, so the consumer never holds an entry for a
+    retry (the frozen clock would never make it due): redelivery is by hand.
+    """
+
+    def __init__(self, client, functions, max_concurrency=8, buffered=16, env=None, observers=(), clock=None,
+                 reclaim_interval=0.0, address=ADDRESS):
         self.client = client
-        self.clock = Clock()
+        self.clock = clock or Clock()
         self.executor = ScriptedExecutor()
         self.metrics = Metrics()
         self.catalog = Catalog(functions)
@@ -107,7 +116,8 @@ class Engine:
                              environment=env or (lambda fn: dict(fn.template.env)), leases=NoLeases(),
                              metrics=self.metrics, observers=observers, max_concurrency=max_concurrency,
                              max_buffered_events=buffered,
-                             clock=self.clock, slot_wait=0.05, block_ms=10, min_idle=0)
+                             clock=self.clock, slot_wait=0.05, block_ms=10, min_idle=0,
+                             reclaim_interval=reclaim_interval)
         self.settler, self.store, self.slots = wired.settler, wired.store, wired.slots
         self.dispatcher, self.consumer = wired.dispatcher, wired.consumer
 
@@ -489,3 +499,287 @@ def test_an_extra_observer_sees_the_domain_events(redis_client):
     assert recorder.events[4][1:4] == ("audit", "audit.handler", 1) and not recorder.events[4][4].ok
     assert recorder.events[5][1].cause is Cause.OPEN
     assert value(engine.metrics.handler_failure) == 1 and value(engine.metrics.events_processed) == 1
+
+
+# --- stale work: max_event_age and on_expired --------------------------------------------
+
+HOUR = 60 * MINUTE
+WELCOME = function("welcome", """
+runtime: python3.14
+events:
+  - handler: app.send
+    pattern: {kind: [user]}
+    max_event_age: 1h
+""")
+DIGEST = function("digest", """
+runtime: python3.14
+max_event_age: 1h
+on_expired: drop
+events:
+  - handler: app.add
+    pattern: {kind: [user]}
+""")
+LEDGER = function("ledger", """
+runtime: python3.14
+events:
+  - handler: app.book
+    pattern: {kind: [user]}
+    retries: 1
+""")
+
+
+def publish_aged(engine, age, event=None, **fields):
+    """XADD an entry whose id says it was added *age* nanoseconds before the engine's clock."""
+    milliseconds = (engine.clock.now - age) // 1_000_000
+    return engine.client.xadd(STREAM, {"event": json.dumps(event or {"kind": "user"}), **fields},
+                              id=f"{milliseconds}-*").decode()
+
+
+def test_an_entry_older_than_max_event_age_is_dead_lettered_without_running(redis_client):
+    engine = Engine(redis_client, [WELCOME])
+    message_id = publish_aged(engine, 3 * HOUR + 12 * MINUTE)
+    engine.read()
+    assert engine.executor.calls == [] and engine.pending() == 0 and engine.state(message_id) == {}
+    (entry,) = engine.dlq()
+    assert (entry["original_id"], entry["reason"], entry["attempts"]) == (
+        message_id, "older than max_event_age (1h): 3h12m", "0")
+    assert value(engine.metrics.events_expired, "welcome") == 1 and value(engine.metrics.dlq_entries) == 1
+    assert value(engine.metrics.function_dlq_entries, "welcome") == 1
+    assert value(engine.metrics.events_processed) == 0
+
+
+def test_an_entry_younger_than_max_event_age_runs(redis_client):
+    engine = Engine(redis_client, [WELCOME])
+    publish_aged(engine, 59 * MINUTE)
+    engine.read()
+    assert engine.handlers_called() == [("welcome", "app.send")] and engine.pending() == 0
+    assert engine.dlq() == [] and value(engine.metrics.events_expired, "welcome") == 0
+
+
+def test_on_expired_drop_acknowledges_the_entry_and_counts_it(redis_client):
+    engine = Engine(redis_client, [DIGEST])
+    message_id = publish_aged(engine, 2 * HOUR)
+    engine.read()
+    assert engine.executor.calls == [] and engine.pending() == 0 and engine.state(message_id) == {}
+    assert engine.dlq() == []
+    assert value(engine.metrics.events_expired, "digest") == 1 and value(engine.metrics.events_processed) == 0
+
+
+def test_the_other_targets_still_run_and_the_entry_settles_when_all_are_finished(redis_client):
+    """digest (drop) and welcome (dead-letter) expire; ledger, with no max_event_age, still runs,
+    and fails once: nothing is dead-lettered or counted until its retry has succeeded."""
+    engine = Engine(redis_client, [WELCOME, DIGEST, LEDGER])
+    engine.executor.program("app.book", Result(ok=False, exit_code=1))
+    message_id = publish_aged(engine, 2 * HOUR)
+    engine.read()
+    assert engine.handlers_called() == [("ledger", "app.book")]
+    assert engine.pending() == 1 and engine.dlq() == []
+    assert value(engine.metrics.events_expired, "digest") == value(engine.metrics.events_expired, "welcome") == 0
+    engine.redeliver(after=MINUTE)
+    assert engine.handlers_called() == [("ledger", "app.book")] * 2
+    assert engine.pending() == 0 and engine.state(message_id) == {}
+    (entry,) = engine.dlq()
+    assert (entry["reason"], entry["attempts"]) == ("older than max_event_age (1h): 2h1m", "0")
+    assert value(engine.metrics.events_expired, "digest") == value(engine.metrics.events_expired, "welcome") == 1
+    assert value(engine.metrics.function_dlq_entries, "ledger") == 1
+
+
+def test_dropped_and_completed_targets_acknowledge_the_entry(redis_client):
+    engine = Engine(redis_client, [DIGEST, LEDGER])
+    publish_aged(engine, 2 * HOUR)
+    engine.read()
+    assert engine.handlers_called() == [("ledger", "app.book")]
+    assert engine.pending() == 0 and engine.dlq() == []
+    assert value(engine.metrics.events_expired, "digest") == 1 and value(engine.metrics.events_processed) == 0
+
+
+def test_a_retry_due_after_max_event_age_expires_with_the_attempts_made(redis_client):
+    engine = Engine(redis_client, [WELCOME])
+    engine.executor.program("app.send", Result(ok=False, exit_code=1))
+    publish_aged(engine, 59 * MINUTE + 30 * SECOND)
+    engine.read()                                 # attempt 1 fails; attempt 2 is due in 1m
+    engine.redeliver(after=MINUTE)                # by then the entry is 1h0m30s old
+    assert len(engine.executor.calls) == 1 and engine.pending() == 0
+    (entry,) = engine.dlq()
+    assert (entry["reason"], entry["attempts"]) == ("older than max_event_age (1h): 1h30s", "1")
+
+
+def test_a_redriven_entry_is_judged_by_when_it_was_redriven(redis_client):
+    engine = Engine(redis_client, [WELCOME])
+    publish_aged(engine, 5 * MINUTE, redriven_from=f"{(engine.clock.now - 5 * HOUR) // 1_000_000}-0")
+    engine.read()
+    assert engine.handlers_called() == [("welcome", "app.send")] and engine.dlq() == []
+
+
+# --- retry_backoff and retry_jitter -------------------------------------------------------
+
+BACKOFF = function("backoff", """
+runtime: python3.14
+events:
+  - handler: app.flaky
+    pattern: {kind: [flaky]}
+    retries: 3
+    retry_backoff: [10s, 30s]
+  - handler: app.jittery
+    pattern: {kind: [jittery]}
+    retry_backoff: [10s]
+    retry_jitter: true
+""")
+
+
+def test_a_rules_retry_backoff_sets_each_delay_and_the_last_repeats(redis_client):
+    engine = Engine(redis_client, [BACKOFF])
+    engine.executor.program("app.flaky", *[Result(ok=False, exit_code=1)] * 4)
+    message_id = engine.publish({"kind": "flaky"})
+    engine.read()
+    assert engine.state(message_id)["backoff/app.flaky"] == f"next_attempt_at:{T0 + 10 * SECOND}#1"
+    engine.redeliver(after=9 * SECOND)            # not due yet
+    assert len(engine.executor.calls) == 1
+    engine.redeliver(after=SECOND)
+    assert engine.state(message_id)["backoff/app.flaky"] == f"next_attempt_at:{engine.clock.now + 30 * SECOND}#2"
+    engine.redeliver(after=30 * SECOND)
+    assert engine.state(message_id)["backoff/app.flaky"] == f"next_attempt_at:{engine.clock.now + 30 * SECOND}#3"
+    engine.redeliver(after=30 * SECOND)           # attempt 4 of 4
+    assert len(engine.executor.calls) == 4 and engine.dlq()[0]["attempts"] == "4"
+
+
+def test_retry_jitter_spreads_the_delay(redis_client):
+    engine = Engine(redis_client, [BACKOFF])
+    deadlines = []
+    for _ in range(5):
+        engine.executor.program("app.jittery", Result(ok=False, exit_code=1))
+        message_id = engine.publish({"kind": "jittery"})
+        engine.read()
+        deadlines.append(markers.parse(engine.state(message_id)["backoff/app.jittery"]).deadline - T0)
+    assert all(8 * SECOND <= deadline <= 12 * SECOND for deadline in deadlines)
+    assert len(set(deadlines)) > 1
+
+
+# --- a retry due before the reclaimer would come: the worker holds the entry ---------------
+
+QUICK = function("quick", """
+runtime: python3.14
+events:
+  - handler: app.retry
+    pattern: {kind: [quick]}
+    retries: 2
+    retry_backoff: [300ms]
+""")
+
+
+class WallClock:
+    """The real time, for the consumer's real waits; ``now`` only for publish_aged (unused here)."""
+
+    def __call__(self):
+        return time.time_ns()
+
+
+def held_engine(redis_client, reclaim_interval=60.0):
+    engine = Engine(redis_client, [QUICK], clock=WallClock(), reclaim_interval=reclaim_interval)
+    engine.started = []
+    run = engine.executor.run
+    engine.executor.run = lambda invocation: (engine.started.append(time.time_ns()), run(invocation))[1]
+    return engine
+
+
+def accept_one(engine):
+    response = engine.client.xreadgroup(GROUP, CONSUMER, {STREAM: ">"}, count=1)
+    engine.consumer.accept(response[0][1])
+
+
+def wait_for_marker(engine, message_id, prefix):
+    deadline = time.monotonic() + 10
+    while not engine.state(message_id).get("quick/app.retry", "").startswith(prefix):
+        assert time.monotonic() < deadline, engine.state(message_id)
+        gevent.sleep(0.01)
+
+
+def test_a_retry_due_sooner_than_the_reclaimer_is_run_by_this_worker_when_due(redis_client):
+    engine = held_engine(redis_client)
+    engine.executor.program("app.retry", Result(ok=False, exit_code=1))
+    message_id = engine.publish({"kind": "quick"})
+    accept_one(engine)
+    wait_for_marker(engine, message_id, "next_attempt_at:")
+    due = markers.parse(engine.state(message_id)["quick/app.retry"]).deadline
+    assert engine.consumer.buffer.used == 1 and message_id in engine.consumer.in_flight   # held, still buffered
+    assert engine.consumer.drain(10)
+    assert len(engine.started) == 2 and engine.started[1] >= due                          # not before it is due
+    assert engine.started[1] - due < 30 * SECOND                                          # nor at a reclaim pass
+    assert engine.pending() == 0 and engine.state(message_id) == {}
+    assert engine.consumer.buffer.used == 0 and not engine.consumer.in_flight
+    assert value(engine.metrics.retries) == 1
+
+
+@pytest.mark.parametrize("reclaim_interval", [0.2, 0.3])
+def test_a_delay_as_long_as_the_reclaim_interval_is_left_to_the_reclaimer(redis_client, reclaim_interval):
+    """As Relay's default first backoff (1m) with its reclaim interval (1m): as before, not held."""
+    engine = held_engine(redis_client, reclaim_interval=reclaim_interval)
+    engine.executor.program("app.retry", Result(ok=False, exit_code=1))
+    message_id = engine.publish({"kind": "quick"})
+    accept_one(engine)
+    assert engine.consumer.drain(10)
+    assert len(engine.started) == 1 and engine.pending() == 1
+    assert engine.state(message_id)["quick/app.retry"].startswith("next_attempt_at:")
+    assert engine.consumer.buffer.used == 0
+
+
+def test_a_held_entry_stops_waiting_at_once_when_relay_stops(redis_client):
+    engine = Engine(redis_client, [function("slow", """
+runtime: python3.14
+events:
+  - handler: app.retry
+    pattern: {kind: [quick]}
+    retry_backoff: [50s]
+""")], clock=WallClock(), reclaim_interval=60.0)
+    engine.executor.program("app.retry", Result(ok=False, exit_code=1))
+    message_id = engine.publish({"kind": "quick"})
+    accept_one(engine)
+    deadline = time.monotonic() + 10
+    while not engine.state(message_id).get("slow/app.retry", "").startswith("next_attempt_at:"):
+        assert time.monotonic() < deadline
+        gevent.sleep(0.01)
+    gevent.sleep(0.05)
+    assert engine.consumer.buffer.used == 1              # held for a retry 50 s away
+    engine.consumer.stop()
+    assert engine.consumer.drain(2)                      # the drain is not held up by it
+    assert engine.pending() == 1 and engine.consumer.buffer.used == 0 and not engine.consumer.in_flight
+    assert len(engine.executor.calls) == 1
+
+
+def test_the_reclaimer_hands_back_a_held_entry_and_it_is_skipped(redis_client):
+    engine = held_engine(redis_client)
+    engine.executor.program("app.retry", Result(ok=False, exit_code=1))
+    message_id = engine.publish({"kind": "quick"})
+    accept_one(engine)
+    wait_for_marker(engine, message_id, "next_attempt_at:")
+    engine.consumer.reclaim_once()                       # min_idle 0: XAUTOCLAIM returns it to this worker
+    assert engine.consumer.buffer.used == 1
+    assert engine.consumer.drain(10)
+    assert len(engine.started) == 2 and engine.pending() == 0
+
+
+def test_a_held_entry_acknowledged_elsewhere_meanwhile_is_not_run_again(redis_client):
+    """Another worker took it over and finished it while it was held: its state is gone, so running
+    it from scratch would repeat the work. Claiming it again at the due time finds it settled."""
+    engine = held_engine(redis_client)
+    engine.executor.program("app.retry", Result(ok=False, exit_code=1))
+    message_id = engine.publish({"kind": "quick"})
+    accept_one(engine)
+    wait_for_marker(engine, message_id, "next_attempt_at:")
+    engine.client.xack(STREAM, GROUP, message_id)
+    engine.client.delete(markers.state_key(STREAM, GROUP, message_id))
+    assert engine.consumer.drain(10)
+    assert len(engine.started) == 1 and engine.pending() == 0
+    assert engine.consumer.buffer.used == 0
+
+
+def test_an_entry_whose_retry_another_worker_is_waiting_for_goes_back_to_the_reclaimer(redis_client):
+    """Only the worker whose attempt failed holds the entry: one handed over with its retry not yet
+    due is left pending, as before, rather than filling the buffer with waits."""
+    engine = held_engine(redis_client)
+    message_id = engine.publish({"kind": "quick"})
+    engine.client.hset(markers.state_key(STREAM, GROUP, message_id), "quick/app.retry",
+                       markers.waiting(time.time_ns() + 5 * SECOND, 1))
+    accept_one(engine)
+    assert engine.consumer.drain(2)
+    assert engine.started == [] and engine.pending() == 1 and engine.consumer.buffer.used == 0

@@ -7,7 +7,7 @@ import pytest
 
 from relay.errors import DeadLetterError
 from relay.stream import keys
-from relay.stream.deadletters import DeadLetters
+from relay.stream.deadletters import DeadLetter, DeadLetters
 from tests.support.relay_process import base_env, run_relay
 from tests.support.workers import Worker, engine_env, harness_command, pending, publish, wait_until, write_function
 
@@ -210,3 +210,13 @@ def test_dlq_imports_nothing_heavy_but_redis(redis_server):
     result = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, env=env, capture_output=True, text=True,
                             timeout=60)
     assert "HEAVY []" in result.stderr, result.stderr
+
+
+def test_a_reason_with_expired_targets_after_the_exhausted_ones_still_names_those():
+    def letter(reason):
+        return DeadLetter.of(b"5-0", {keys.DLQ_REASON.encode(): reason.encode()})
+
+    mixed = letter("attempts exhausted for orders/app.h, users/a.h; older than max_event_age (1h): 3h12m")
+    assert mixed.targets == ("orders/app.h", "users/a.h") and mixed.functions == ("orders", "users")
+    assert letter("older than max_event_age (1h): 3h12m").targets == ()
+    assert letter("attempts exhausted for orders/app.h").targets == ("orders/app.h",)

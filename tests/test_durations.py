@@ -9,6 +9,7 @@ from relay.durations import (
     MINUTE,
     NANOSECOND,
     SECOND,
+    format_compact,
     format_duration,
     parse_duration,
 )
@@ -77,3 +78,15 @@ def test_formats_like_go(nanoseconds, text):
 def test_formatted_durations_parse_back(text):
     value = parse_duration(text)
     assert parse_duration(format_duration(value)) == value
+
+
+@pytest.mark.parametrize(("nanoseconds", "text"), [
+    (0, "0s"), (HOUR, "1h"), (3 * HOUR + 12 * MINUTE, "3h12m"), (HOUR + 30 * SECOND, "1h30s"),
+    (10 * HOUR + 5 * SECOND, "10h5s"), (HOUR + 10 * MINUTE, "1h10m"), (2 * MINUTE, "2m"), (90 * SECOND, "1m30s"),
+    (10 * SECOND, "10s"), (1500 * MILLISECOND, "1.5s"), (250 * MILLISECOND, "250ms"),
+    (HOUR + 500 * MILLISECOND, "1h0.5s"),
+    (-HOUR, "-1h"), (3 * HOUR + 12 * MINUTE + 7 * SECOND, "3h12m7s"),
+])
+def test_compact_form_drops_zero_units(nanoseconds, text):
+    assert format_compact(nanoseconds) == text
+    assert parse_duration(text) == nanoseconds

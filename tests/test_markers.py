@@ -1,8 +1,11 @@
 """Invocation state markers and the decision they lead to (no Redis needed)."""
 
+import random
+
 import pytest
 
-from relay.durations import MINUTE
+from relay.durations import MILLISECOND, MINUTE, SECOND
+from relay.functions.template import MAX_RETRY_BACKOFF, MAX_TIMEOUT
 from relay.stream import markers
 from relay.stream.markers import HORIZON, Action, Marker, decide, parse
 
@@ -82,3 +85,39 @@ def test_backoff_schedule(attempt, wait):
 def test_state_key_percent_encodes_names():
     assert markers.state_key("events", "relay", "1-0") == "relay:invocation:events:relay:1-0"
     assert markers.state_key("my:stream", "g/1 x", "2-5") == "relay:invocation:my%3Astream:g%2F1%20x:2-5"
+
+
+@pytest.mark.parametrize(("attempt", "wait"), [(1, 10 * SECOND), (2, 30 * SECOND), (3, 2 * MINUTE),
+                                               (4, 2 * MINUTE), (50, 2 * MINUTE)])
+def test_a_rules_retry_backoff_repeats_its_last_value(attempt, wait):
+    assert markers.backoff(attempt, (10 * SECOND, 30 * SECOND, 2 * MINUTE)) == wait
+
+
+def test_a_single_value_retry_backoff_is_every_delay():
+    assert [markers.backoff(attempt, (SECOND,)) for attempt in (1, 2, 9)] == [SECOND] * 3
+
+
+@pytest.mark.parametrize(("unit", "wait"), [
+    (0.0, 48 * SECOND), (0.25, 54 * SECOND), (0.5, MINUTE), (0.75, 66 * SECOND), (0.999999, 72 * SECOND)])
+def test_jitter_spreads_a_delay_over_plus_or_minus_twenty_percent(unit, wait):
+    assert markers.jittered(MINUTE, unit) == wait
+
+
+def test_jitter_over_a_backoff_sequence_stays_within_its_bounds():
+    schedule = (10 * SECOND, 30 * SECOND, 2 * MINUTE)
+    rng = random.Random(21)
+    for attempt in range(1, 30):
+        delay = markers.backoff(attempt, schedule)
+        spread = markers.jittered(delay, rng.random())
+        assert 0.8 * delay <= spread <= 1.2 * delay and spread % MILLISECOND == 0
+
+
+def test_jitter_of_a_delay_under_a_millisecond_keeps_it():
+    assert markers.jittered(300_000, 0.0) == 300_000
+
+
+def test_the_horizon_covers_every_deadline_a_template_can_make():
+    """A deadline past HORIZON is taken as tampered: the longest timeout and the longest jittered
+    backoff must stay inside it, with room for clock skew between workers."""
+    longest = max(MAX_TIMEOUT, round(MAX_RETRY_BACKOFF * (1 + markers.JITTER)))
+    assert longest + 10 * MINUTE <= HORIZON

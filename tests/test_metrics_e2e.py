@@ -14,8 +14,8 @@ COUNTERS = {
     "dlq_entries": (), "handler_invocations": ("outcome", "function", "handler"), "build_failures": ("function",),
     "function_events": ("function",), "function_handler_success": ("function",),
     "function_handler_failure": ("function",), "function_retries": ("function",),
-    "function_dlq_entries": ("function",), "concurrency_waits": (), "schedule_occurrences_published": (),
-    "schedule_occurrences_duplicate": (), "schedule_publish_failures": (),
+    "function_dlq_entries": ("function",), "events_expired": ("function",), "concurrency_waits": (),
+    "schedule_occurrences_published": (), "schedule_occurrences_duplicate": (), "schedule_publish_failures": (),
 }
 HISTOGRAMS = {"handler_duration_seconds": ("function", "handler"), "function_build_seconds": ("function",)}
 GAUGES = {"pending_entries": (), "pending_oldest_age_seconds": (), "buffered_events": (), "in_flight_invocations": ()}

@@ -102,6 +102,19 @@ def test_settled_dead_letters(metrics, observer):
     assert sample(metrics, "events_processed_total") == 0
 
 
+def test_expiries_count_per_function(metrics, observer):
+    observer.expired("welcome")
+    observer.expired("welcome")
+    observer.expired("digest")
+    assert sample(metrics, "events_expired_total", function="welcome") == 2
+    assert sample(metrics, "events_expired_total", function="digest") == 1
+
+
+def test_a_loaded_function_starts_with_its_expiries_at_zero(metrics):
+    metrics.function_loaded("welcome")
+    assert metrics.registry.get_sample_value("events_expired_total", {"function": "welcome"}) == 0.0
+
+
 def test_observers_pass_every_event_to_each_in_order(metrics):
     class Recorder:
         def __init__(self):
@@ -117,6 +130,8 @@ def test_observers_pass_every_event_to_each_in_order(metrics):
     both.invocation_started("orders", "app.h", 1)
     both.invocation_finished("orders", "app.h", 1, None)
     both.settled(UNMATCHED, 1)
+    both.expired("orders")
     assert [event[0] for event in recorder.events] == ["received", "matched", "invocation_started",
-                                                       "invocation_finished", "settled"]
+                                                       "invocation_finished", "settled", "expired"]
     assert sample(metrics, "events_received_total") == 1 and sample(metrics, "events_processed_total") == 1
+    assert sample(metrics, "events_expired_total", function="orders") == 1

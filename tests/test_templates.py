@@ -330,7 +330,8 @@ def test_all_problems_are_reported_at_once():
         "  events[0].pattern.created_at.gt: '2026-09-12T10:00:00Z' is neither a number nor a now() expression "
         "such as now()-5m",
         "  events[0].timeout: '10m' is longer than the maximum of 5m0s",
-        "  events[1].patern: is not a key of an events rule; use handler, pattern, timeout, retries",
+        "  events[1].patern: is not a key of an events rule; use handler, pattern, timeout, retries, retry_backoff, "
+        "retry_jitter, max_event_age, on_expired",
         "  events[1].handler: 'bad' is not of the form module.function (e.g. events.created.handler)",
         "  events[1].pattern: is required",
     ]
@@ -381,3 +382,138 @@ def test_warm_problems_come_with_the_others():
     text = problems("runtime: python3.14\nconcurrency: 0\nwarm:\n  containers: 3\n  idle: x\n" + RULE)
     assert "concurrency: 0 must be a whole number of 1 or more" in text
     assert "warm.idle: 'x' is not a duration" in text
+
+
+# --- retries: retry_backoff and retry_jitter ---
+
+def test_retry_defaults():
+    (rule,) = parse(with_rule()).rules
+    assert (rule.retry_backoff, rule.retry_jitter) == (None, False)     # None: Relay's 1m, 2m, 5m, 10m
+
+
+@pytest.mark.parametrize(("value", "expected"), [
+    ("[10s, 30s, 2m]", (10 * SECOND, 30 * SECOND, 2 * MINUTE)), ("[1s]", (SECOND,)), ('["500ms"]', (SECOND // 2,)),
+    ("[1h]", (60 * MINUTE,)),
+])
+def test_retry_backoff(value, expected):
+    assert parse(with_rule(retry_backoff=value)).rules[0].retry_backoff == expected
+
+
+@pytest.mark.parametrize(("value", "message"), [
+    ("[]", "events[0].retry_backoff: must be a list of one or more durations such as [10s, 30s, 2m], not []"),
+    ("10s", "events[0].retry_backoff: must be a list of one or more durations such as [10s, 30s, 2m], not '10s'"),
+    ("{a: 1s}", "events[0].retry_backoff: must be a list"),
+    ("[10s, x]", "events[0].retry_backoff[1]: 'x' is not a duration"),
+    ("[10s, 30s, 5]", "events[0].retry_backoff[2]: 5 is not a duration"),
+    ("[1d]", "events[0].retry_backoff[0]: '1d' is not a duration (unknown unit 'd'"),
+    ("[0s]", "events[0].retry_backoff[0]: '0s' must be longer than zero"),
+    ("[1s, -5s]", "events[0].retry_backoff[1]: '-5s' must be longer than zero"),
+    ("[1h1s]", "events[0].retry_backoff[0]: '1h1s' is longer than the maximum of 1h0m0s"),
+    ("[[1s]]", "events[0].retry_backoff[0]: ['1s'] is not a duration"),
+])
+def test_bad_retry_backoff(value, message):
+    assert message in problems(with_rule(retry_backoff=value))
+
+
+def test_every_bad_retry_backoff_value_is_reported_with_its_index():
+    text = problems(with_rule(retry_backoff="[x, 10s, 0s, 2h]"))
+    assert "4 problems" not in text and "3 problems" in text
+    for index in (0, 2, 3):
+        assert f"events[0].retry_backoff[{index}]: " in text
+
+
+@pytest.mark.parametrize(("value", "expected"), [("true", True), ("false", False)])
+def test_retry_jitter(value, expected):
+    assert parse(with_rule(retry_jitter=value)).rules[0].retry_jitter is expected
+
+
+@pytest.mark.parametrize(("value", "message"), [
+    ('"true"', "events[0].retry_jitter: 'true' must be true or false"),
+    ("1", "events[0].retry_jitter: 1 must be true or false"),
+    ("20%", "events[0].retry_jitter: '20%' must be true or false"),
+])
+def test_bad_retry_jitter(value, message):
+    assert message in problems(with_rule(retry_jitter=value))
+
+
+def test_schedules_take_no_retry_or_expiry_keys():
+    for key, value in (("retry_backoff", "[1s]"), ("retry_jitter", "true"), ("max_event_age", "1h"),
+                       ("on_expired", "drop")):
+        assert f"schedules[0].{key}: is not a key of a schedule" in problems(
+            with_schedule(cron='"0 3 * * *"', **{key: value}))
+
+
+# --- stale work: max_event_age and on_expired ---
+
+def test_expiry_defaults():
+    (rule,) = parse(with_rule()).rules
+    assert (rule.max_event_age, rule.on_expired) == (None, "dead-letter")
+
+
+def test_max_event_age_and_on_expired_on_a_rule():
+    (rule,) = parse(with_rule(max_event_age="1h30m", on_expired="drop")).rules
+    assert (rule.max_event_age, rule.on_expired) == (90 * MINUTE, "drop")
+    (rule,) = parse(with_rule(max_event_age="10m")).rules
+    assert (rule.max_event_age, rule.on_expired) == (10 * MINUTE, "dead-letter")
+
+
+FUNCTION_EXPIRY = """
+runtime: python3.14
+max_event_age: 1h
+on_expired: drop
+events:
+  - handler: a.inherits
+    pattern: {k: [1]}
+  - handler: a.own_age
+    pattern: {k: [1]}
+    max_event_age: 5m
+  - handler: a.own_action
+    pattern: {k: [1]}
+    on_expired: dead-letter
+"""
+
+
+def test_the_functions_expiry_applies_to_every_rule_and_a_rules_own_value_wins():
+    rules = parse(FUNCTION_EXPIRY).rules
+    assert [(rule.handler, rule.max_event_age, rule.on_expired) for rule in rules] == [
+        ("a.inherits", 60 * MINUTE, "drop"), ("a.own_age", 5 * MINUTE, "drop"),
+        ("a.own_action", 60 * MINUTE, "dead-letter")]
+
+
+def test_a_rules_max_event_age_is_enough_for_the_functions_on_expired():
+    text = "runtime: python3.14\non_expired: drop\n" + RULE + "    max_event_age: 1h\n" + \
+        "  - handler: a.other\n    pattern: {k: [1]}\n"
+    rules = parse(text).rules
+    assert [(rule.max_event_age, rule.on_expired) for rule in rules] == [(60 * MINUTE, "drop"), (None, "drop")]
+
+
+@pytest.mark.parametrize(("top", "fields", "message"), [
+    ("", {"max_event_age": "0s"}, "events[0].max_event_age: '0s' must be longer than zero"),
+    ("", {"max_event_age": "-1h"}, "events[0].max_event_age: '-1h' must be longer than zero"),
+    ("", {"max_event_age": "1d"}, "events[0].max_event_age: '1d' is not a duration (unknown unit 'd'"),
+    ("", {"max_event_age": "3600"}, "events[0].max_event_age: 3600 is not a duration"),
+    ("", {"max_event_age": "1h", "on_expired": "keep"},
+     "events[0].on_expired: 'keep' is not one of dead-letter, drop"),
+    ("", {"max_event_age": "1h", "on_expired": "dead_letter"},
+     "events[0].on_expired: 'dead_letter' is not one of dead-letter, drop"),
+    ("", {"on_expired": "drop"}, "events[0].on_expired: has no effect without a max_event_age, on the rule or at "
+                                 "the top of the template"),
+    ("max_event_age: soon\n", {}, "max_event_age: 'soon' is not a duration"),
+    ("max_event_age: 0s\n", {}, "max_event_age: '0s' must be longer than zero"),
+    ("max_event_age: 1h\non_expired: [drop]\n", {}, "on_expired: ['drop'] is not one of dead-letter, drop"),
+    ("on_expired: drop\n", {}, "on_expired: has no effect without a max_event_age"),
+])
+def test_bad_expiry(top, fields, message):
+    extra = "".join(f"    {key}: {value}\n" for key, value in fields.items())
+    assert message in problems("runtime: python3.14\n" + top + RULE + extra)
+
+
+def test_a_bad_function_max_event_age_is_reported_once():
+    text = problems("runtime: python3.14\nmax_event_age: x\n" + RULE + "    on_expired: drop\n")
+    assert "1 problem" in text and "max_event_age: 'x' is not a duration" in text
+
+
+def test_expiry_problems_come_with_the_others():
+    text = problems(with_rule(max_event_age="0s", retry_backoff="[]", retry_jitter="maybe", retries="-1"))
+    for field in ("max_event_age", "retry_backoff", "retry_jitter", "retries"):
+        assert f"events[0].{field}: " in text

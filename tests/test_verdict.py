@@ -16,14 +16,16 @@ from relay.stream.verdict import (
     TargetOutcome,
     Verdict,
     decide_settlement,
+    expired,
     stored_outcome,
 )
 
 NOW = 1_800_000_000 * SECOND
 
 
-def target(function, handler, retries=2):
-    return Target(SimpleNamespace(name=function), SimpleNamespace(handler=handler, retries=retries))
+def target(function, handler, retries=2, max_event_age=None, on_expired="dead-letter"):
+    return Target(SimpleNamespace(name=function), SimpleNamespace(handler=handler, retries=retries,
+                                                                  max_event_age=max_event_age, on_expired=on_expired))
 
 
 FIRST, SECOND_RULE, AUDIT = target("orders", "first"), target("orders", "second", retries=0), target("audit", "a")
@@ -151,9 +153,131 @@ def test_stored_markers_complete_every_target_not_reached():
     (b"garbage", 2, TargetOutcome(Status.OPEN)),                                 # unreadable: absent, eligible
 ])
 def test_stored_outcome(raw, retries, expected):
-    assert stored_outcome(raw, NOW, retries) == expected
+    assert stored_outcome(plan(), target("orders", "first", retries), raw, NOW) == expected
 
 
 def test_an_outcome_of_this_dispatch_wins_over_the_stored_marker():
     settlement = decide_settlement(plan(FIRST), {0: COMPLETE}, stored={"orders/first": b"exhausted:3"}, now=NOW)
     assert settlement.verdict is Verdict.ACK
+
+
+# --- stale work: max_event_age ---------------------------------------------------------
+
+HOUR = 3600 * SECOND
+OLD_ID = f"{(NOW - 3 * HOUR - 12 * 60 * SECOND) // 1_000_000}-0"      # 3h12m before NOW
+WELCOME = target("welcome", "app.send", max_event_age=HOUR)
+DIGEST = target("digest", "app.add", max_event_age=HOUR, on_expired="drop")
+LIMITLESS = target("orders", "first")
+
+
+def old(*targets, message_id=OLD_ID):
+    return Plan(message_id, '{"kind": "user"}', {"kind": "user"}, targets)
+
+
+def expired_outcome(attempts=0):
+    return TargetOutcome(Status.EXPIRED, attempts)
+
+
+def judge(plan_, target_, raw=None, now=NOW):
+    marker = markers.parse(raw)
+    return expired(plan_, target_, marker, markers.decide(marker, now, target_.rule.retries), now)
+
+
+def test_an_entry_older_than_max_event_age_is_expired_before_its_first_attempt():
+    assert judge(old(WELCOME), WELCOME) == expired_outcome(0)
+
+
+def test_the_age_comes_from_the_entry_id_and_only_older_expires():
+    at_limit = Plan(f"{(NOW - HOUR) // 1_000_000}-5", "{}", {}, (WELCOME,))
+    assert judge(at_limit, WELCOME) is None
+    assert judge(at_limit, WELCOME, now=NOW + 1_000_000) == expired_outcome(0)
+
+
+def test_a_redriven_entry_is_judged_by_its_own_id_the_redrive_time():
+    """``relay dlq redrive`` adds a new entry: its id is when it was redriven, however old the event."""
+    redriven = Plan(f"{(NOW - 60 * SECOND) // 1_000_000}-0", "{}", {}, (WELCOME,))
+    assert judge(redriven, WELCOME) is None
+
+
+def test_a_rule_without_max_event_age_never_expires():
+    assert judge(old(LIMITLESS), LIMITLESS) is None
+    assert judge(Plan("1-0", "{}", {}, (LIMITLESS,)), LIMITLESS) is None
+
+
+@pytest.mark.parametrize(("raw", "outcome"), [
+    (markers.waiting(NOW - SECOND, 1), expired_outcome(1)),        # its retry is due: not run, it expired
+    (markers.waiting(NOW + SECOND, 2), expired_outcome(2)),        # still backing off: expired without waiting
+    (markers.running(NOW - SECOND, 1), expired_outcome(1)),        # its worker died: the attempt counts
+    (markers.running(NOW + SECOND, 1), None),                      # running now: let it finish
+    (markers.exhausted(3), None),                                  # exhausted wins
+    (markers.waiting(NOW - SECOND, 3), None),                      # its last attempt failed: exhausted, not expired
+    (b"ok", None),
+])
+def test_expiry_is_judged_from_the_stored_marker(raw, outcome):
+    assert judge(old(WELCOME), WELCOME, raw) == outcome
+
+
+def test_an_expired_entry_is_dead_lettered_with_its_age_and_no_attempts():
+    settlement = decide_settlement(old(WELCOME), {0: expired_outcome()}, now=NOW)
+    assert settlement == Settlement(Verdict.DEAD_LETTER, Cause.EXPIRED,
+                                    reason="older than max_event_age (1h): 3h12m", attempts=0,
+                                    functions=("welcome",), expired=("welcome",))
+
+
+def test_the_age_in_the_reason_is_cut_to_seconds():
+    settlement = decide_settlement(old(WELCOME), {0: expired_outcome()}, now=NOW + 7_654_000_000)
+    assert settlement.reason == "older than max_event_age (1h): 3h12m7s"
+
+
+def test_an_expired_entry_with_on_expired_drop_is_acknowledged_not_processed():
+    settlement = decide_settlement(old(DIGEST), {0: expired_outcome()}, now=NOW)
+    assert settlement == Settlement(Verdict.ACK, Cause.EXPIRED, clear_state=True, counts_processed=False,
+                                    expired=("digest",))
+
+
+def test_the_other_targets_decide_while_open():
+    settlement = decide_settlement(old(WELCOME, LIMITLESS), {0: expired_outcome(), 1: OPEN}, now=NOW)
+    assert (settlement.verdict, settlement.expired) == (Verdict.LEAVE_PENDING, ())
+
+
+def test_complete_and_dropped_targets_acknowledge_the_entry():
+    settlement = decide_settlement(old(DIGEST, LIMITLESS), {0: expired_outcome(), 1: COMPLETE}, now=NOW)
+    assert (settlement.verdict, settlement.cause, settlement.expired) == (Verdict.ACK, Cause.EXPIRED, ("digest",))
+
+
+def test_complete_and_expired_targets_dead_letter_the_entry():
+    settlement = decide_settlement(old(LIMITLESS, WELCOME), {0: COMPLETE, 1: expired_outcome()}, now=NOW)
+    assert (settlement.verdict, settlement.reason, settlement.functions) == (
+        Verdict.DEAD_LETTER, "older than max_event_age (1h): 3h12m", ("orders", "welcome"))
+
+
+def test_one_expired_target_saying_dead_letter_outweighs_one_saying_drop():
+    settlement = decide_settlement(old(DIGEST, WELCOME), {0: expired_outcome(), 1: expired_outcome()}, now=NOW)
+    assert (settlement.verdict, settlement.reason, settlement.expired) == (
+        Verdict.DEAD_LETTER, "older than max_event_age (1h): 3h12m", ("digest", "welcome"))
+
+
+def test_exhausted_and_expired_targets_are_both_named():
+    short = target("audit", "app.log", max_event_age=30 * 60 * SECOND)
+    settlement = decide_settlement(old(short, LIMITLESS, WELCOME),
+                                   {0: expired_outcome(1), 1: terminal(3), 2: expired_outcome()}, now=NOW)
+    assert settlement == Settlement(
+        Verdict.DEAD_LETTER, Cause.EXHAUSTED,
+        reason="attempts exhausted for orders/first; older than max_event_age (30m): 3h12m; "
+               "older than max_event_age (1h): 3h12m",
+        attempts=3, functions=("audit", "orders", "welcome"), expired=("audit", "welcome"))
+
+
+def test_a_dropped_target_leaves_the_exhausted_ones_to_the_reason():
+    settlement = decide_settlement(old(DIGEST, LIMITLESS), {0: expired_outcome(), 1: terminal(2)}, now=NOW)
+    assert (settlement.verdict, settlement.reason, settlement.attempts, settlement.expired) == (
+        Verdict.DEAD_LETTER, "attempts exhausted for orders/first", 2, ("digest",))
+
+
+def test_a_target_not_reached_is_judged_expired_by_its_marker():
+    """The dispatch stopped at an exhausted target; the expired one after it needs no other delivery."""
+    settlement = decide_settlement(old(LIMITLESS, WELCOME), {0: terminal(1)}, stored={}, now=NOW)
+    assert (settlement.verdict, settlement.reason) == (
+        Verdict.DEAD_LETTER, "attempts exhausted for orders/first; older than max_event_age (1h): 3h12m")
+    assert stored_outcome(old(WELCOME), WELCOME, None, NOW) == expired_outcome()
+    assert stored_outcome(old(WELCOME), WELCOME, markers.running(NOW + SECOND, 1), NOW) == TargetOutcome(Status.OPEN)

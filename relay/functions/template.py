@@ -16,7 +16,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import yaml
 
-from relay.durations import MINUTE, SECOND, format_duration, parse_duration
+from relay.durations import HOUR, MINUTE, SECOND, format_duration, parse_duration
 from relay.errors import DurationError
 from relay.functions.document import load_document
 from relay.functions.patterns import Pattern, compile_pattern
@@ -33,10 +33,16 @@ RESERVED_VARIABLES = frozenset({"RELAY_FUNCTION", "RELAY_HANDLER", "RELAY_MESSAG
 NETWORKS = ("none",)  # network: none runs the containers without any network; absent means the engine's default
 DEFAULT_MAX_INVOCATIONS = 1000
 DEFAULT_IDLE = 10 * MINUTE
+MAX_RETRY_BACKOFF = 1 * HOUR   # each retry_backoff value; relay.stream.markers.HORIZON allows for it (+20 % jitter)
+DEAD_LETTER, DROP = "dead-letter", "drop"
+ON_EXPIRED = (DEAD_LETTER, DROP)
+_NO_EXPIRY = (None, DEAD_LETTER)   # no max_event_age; on_expired's default
 
-_TOP_KEYS = ("runtime", "concurrency", "events", "schedules", "env", "secrets", "network", "warm")
+_TOP_KEYS = ("runtime", "concurrency", "events", "schedules", "env", "secrets", "network", "warm", "max_event_age",
+             "on_expired")
 _WARM_KEYS = ("containers", "max_invocations", "idle", "prestart")
-_RULE_KEYS = ("handler", "pattern", "timeout", "retries")
+_RULE_KEYS = ("handler", "pattern", "timeout", "retries", "retry_backoff", "retry_jitter", "max_event_age",
+              "on_expired")
 _SCHEDULE_KEYS = ("handler", "cron", "timezone", "timeout")
 _HANDLER = re.compile(r"((?:[A-Za-z0-9_][A-Za-z0-9_-]*\.)*[A-Za-z0-9_][A-Za-z0-9_-]*)\.([A-Za-z_$][A-Za-z0-9_$]*)",
                       re.ASCII)
@@ -52,6 +58,10 @@ class Rule:
     pattern: Pattern
     timeout: int = DEFAULT_TIMEOUT  # nanoseconds
     retries: int = DEFAULT_RETRIES
+    retry_backoff: tuple[int, ...] | None = None  # ns before retry n, the last repeating; None: 1m, 2m, 5m, 10m
+    retry_jitter: bool = False                    # each delay spread by ±20 %
+    max_event_age: int | None = None   # ns; not run for an older entry (the function's value unless the rule's own)
+    on_expired: str = DEAD_LETTER      # what happens to such an entry: dead-letter or drop
 
 
 @dataclass(frozen=True)
@@ -65,6 +75,10 @@ class Schedule:
     timezone: str = "UTC"
     timeout: int = DEFAULT_TIMEOUT  # nanoseconds
     retries: int = DEFAULT_RETRIES  # not set in templates: scheduled runs retry like a rule's default
+    retry_backoff: None = None      # nor these: a schedule occurrence backs off like a rule's default, and
+    retry_jitter: bool = False      # never expires
+    max_event_age: None = None
+    on_expired: str = DEAD_LETTER
 
 
 @dataclass(frozen=True)
@@ -114,7 +128,11 @@ def parse_template(text, source="template.yaml"):
     elif runtime not in RUNTIMES:
         problems.add("runtime", f"{show(runtime)} is not supported; use one of {', '.join(RUNTIMES)}")
     concurrency = _whole_number(document, "concurrency", "", DEFAULT_CONCURRENCY, 1, problems)
-    rules = _entries(document, "events", _rule, problems)
+    expiry = _expiry(document, "", _NO_EXPIRY, problems)
+    rules = _entries(document, "events", lambda item, path, found: _rule(item, path, found, expiry), problems)
+    if expiry is not None:
+        _needs_max_event_age(document, "", expiry[0] is not None or any(
+            isinstance(item, dict) and "max_event_age" in item for item in _listed(document, "events")), problems)
     schedules = _entries(document, "schedules", _schedule, problems)
     if not document.get("events") and not document.get("schedules"):
         problems.add("", "a template needs at least one entry in events or schedules")
@@ -136,6 +154,11 @@ def _unknown_keys(mapping, allowed, path, problems, what):
             problems.add(join(path, key), f"is not a key of {what}; use {', '.join(allowed)}")
 
 
+def _listed(document, key):
+    items = document.get(key)
+    return items if isinstance(items, list) else []
+
+
 def _entries(document, key, parse_one, problems):
     items = document.get(key)
     if items is None:
@@ -155,7 +178,9 @@ def _entries(document, key, parse_one, problems):
     return parsed
 
 
-def _rule(item, path, problems):
+def _rule(item, path, problems, function_expiry=_NO_EXPIRY):
+    """One ``events`` entry as a Rule, or None; *function_expiry* is the function's (max_event_age,
+    on_expired), or None when those were invalid."""
     _unknown_keys(item, _RULE_KEYS, path, problems, "an events rule")
     handler = _handler(item, path, problems)
     pattern = None
@@ -165,10 +190,59 @@ def _rule(item, path, problems):
         pattern = compile_pattern(item["pattern"], join(path, "pattern"), problems)
     timeout = _timeout(item, path, problems)
     retries = _whole_number(item, "retries", path, DEFAULT_RETRIES, 0, problems)
-    if None in (handler, pattern, timeout, retries):
+    backoff = _retry_backoff(item, path, problems)
+    jitter = _boolean(item, "retry_jitter", path, problems)
+    expiry = _expiry(item, path, function_expiry or _NO_EXPIRY, problems)
+    if expiry is not None and function_expiry is not None:  # with the function's own invalid, it cannot tell
+        _needs_max_event_age(item, path, expiry[0] is not None, problems)
+    if None in (handler, pattern, timeout, retries, jitter, expiry) or backoff is _INVALID:
         return None
     return Rule(handler=handler[0], module=handler[1], function=handler[2], pattern=pattern, timeout=timeout,
-                retries=retries)
+                retries=retries, retry_backoff=backoff, retry_jitter=jitter, max_event_age=expiry[0],
+                on_expired=expiry[1])
+
+
+_INVALID = object()    # a value that was wrong (the problems say why), where None means "not set"
+
+
+def _retry_backoff(item, path, problems):
+    """The rule's ``retry_backoff`` in nanoseconds, None when unset, _INVALID after a problem."""
+    if "retry_backoff" not in item:
+        return None
+    values, where = item["retry_backoff"], join(path, "retry_backoff")
+    if not isinstance(values, list) or not values:
+        problems.add(where, f"must be a list of one or more durations such as [10s, 30s, 2m], not {show(values)}")
+        return _INVALID
+    delays = [_duration(dict(enumerate(values)), index, where, None, problems, maximum=MAX_RETRY_BACKOFF)
+              for index in range(len(values))]
+    return _INVALID if None in delays else tuple(delays)
+
+
+def _expiry(mapping, path, inherited, problems):
+    """(max_event_age, on_expired) of the function (*inherited* the defaults) or of a rule
+    (*inherited* the function's); a value set here wins. None after a problem."""
+    max_event_age = _duration(mapping, "max_event_age", path, inherited[0], problems, maximum=None)
+    on_expired = mapping.get("on_expired", inherited[1])
+    valid = max_event_age is not None or "max_event_age" not in mapping
+    if on_expired not in ON_EXPIRED:
+        problems.add(join(path, "on_expired"), f"{show(on_expired)} is not one of {', '.join(ON_EXPIRED)}")
+        valid = False
+    return (max_event_age, on_expired) if valid else None
+
+
+def _needs_max_event_age(mapping, path, has_max_event_age, problems):
+    """``on_expired`` does nothing where no max_event_age applies: say so rather than ignore it."""
+    if "on_expired" in mapping and not has_max_event_age:
+        problems.add(join(path, "on_expired"), "has no effect without a max_event_age, on the rule or at the top "
+                                               "of the template")
+
+
+def _boolean(mapping, key, path, problems):
+    value = mapping.get(key, False)
+    if type(value) is not bool:
+        problems.add(join(path, key), f"{show(value)} must be true or false")
+        return None
+    return value
 
 
 def _schedule(item, path, problems):

@@ -53,6 +53,9 @@ class Metrics:
         self.function_retries = counter("function_retries", "Retried invocations of the function.", ("function",))
         self.function_dlq_entries = counter("function_dlq_entries", "Dead-lettered entries that matched the "
                                                                      "function.", ("function",))
+        self.events_expired = counter("events_expired", "Entries whose invocations of the function were not run: "
+                                                        "older than max_event_age (dead-lettered or dropped).",
+                                      ("function",))
         self.concurrency_waits = counter("concurrency_waits", "Invocations whose concurrency slot was not free "
                                                               "at once.")
         self.schedule_published = counter("schedule_occurrences_published", "Schedule occurrences this worker "
@@ -80,7 +83,8 @@ class Metrics:
         """Create the function's counters at 0, so that its first build failure or failed
         invocation is an increase an alert sees (``increase()`` needs a sample before it)."""
         for counter in (self.build_failures, self.function_events, self.function_success,
-                        self.function_failure, self.function_retries, self.function_dlq_entries):
+                        self.function_failure, self.function_retries, self.function_dlq_entries,
+                        self.events_expired):
             counter.labels(name)
 
 
@@ -127,3 +131,6 @@ class PrometheusObserver:
             metrics.dlq_entries.inc(count)
             for name in settlement.functions:
                 metrics.function_dlq_entries.labels(name).inc(count)
+
+    def expired(self, function: str) -> None:
+        self.metrics.events_expired.labels(function).inc()

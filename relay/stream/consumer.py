@@ -12,10 +12,19 @@ ahead of it (``read_once``), so a busy stream costs one round trip a batch.
 No more than MAX_BUFFERED_EVENTS entries are held at once: with the buffer
 full nothing is read, so the backlog stays in Redis.
 
+A failed attempt whose backoff is shorter than the reclaim interval is
+not left to the reclaimer, which would run it up to an interval late: the
+dispatch's greenlet holds the entry (it stays in the buffer), sleeps until
+the retry is due, claims the entry again and dispatches it anew (``_hold``,
+``_take_back``). A longer backoff goes to the reclaimer, as before. On stop,
+a held entry stops waiting at once and stays pending for another worker,
+so it never holds up the drain.
+
 An entry whose dispatch outlives the idle time (a slow handler, a retry
-waiting for a slot) is idle in Redis as far as XAUTOCLAIM can tell, so the
-reclaimer may hand this worker its own entry back. Such an entry is skipped:
-its dispatch is still running and will settle it.
+waiting for a slot or held for its backoff) is idle in Redis as far as
+XAUTOCLAIM can tell, so the reclaimer may hand this worker its own entry
+back. Such an entry is skipped: its dispatch is still running and will
+settle it.
 """
 
 from __future__ import annotations
@@ -265,14 +274,63 @@ class Consumer:
         self.dispatches.spawn(self._dispatch, plan)
 
     def _dispatch(self, plan):
+        message_id, holding = plan.message_id, False
         try:
-            self.dispatcher.dispatch(plan)
+            while plan is not None:
+                retry = self.dispatcher.dispatch(plan)
+                if retry is None or not self._hold(message_id, retry, holding):
+                    break
+                plan, holding = self._take_back(message_id), True
         except Exception:
-            log.exception("Dispatch failed unexpectedly; the entry stays pending",
-                          extra={"message_id": plan.message_id})
+            log.exception("Dispatch failed unexpectedly; the entry stays pending", extra={"message_id": message_id})
         finally:
-            self.in_flight.discard(plan.message_id)
+            self.in_flight.discard(message_id)
             self.buffer.release()
+
+    def _hold(self, message_id, retry, holding):
+        """Wait for a retry due sooner than the reclaimer would bring the entry back; False when it
+        is the reclaimer's or Relay is stopping (the entry stays pending for another worker).
+
+        Only an attempt that failed here is held for (or one held already,
+        in case the wait ended a moment early): an entry the reclaimer hands
+        over with its retry not yet due goes back to the reclaimer, as
+        before, rather than filling the buffer with waits.
+        """
+        if retry.delay >= self.reclaim_interval or not (retry.after_failure or holding):
+            return False
+        log.debug("Entry held for its retry", extra={"message_id": message_id, "retry_in": f"{retry.delay:.3f}s"})
+        if self.stopping.wait(retry.delay):
+            log.debug("Stopping; a held entry is left pending for another worker", extra={"message_id": message_id})
+            return False
+        return True
+
+    def _take_back(self, message_id):
+        """The entry's plan again, when its retry is due: claimed anew (XCLAIM), planned against the
+        current rules, as a reclaim would; None when it needs no dispatch (settled here or elsewhere).
+
+        Claiming it again resets its idle time and tells whether it is still
+        pending: another worker may have taken it over while it was held, run
+        the retry and acknowledged it, and its state is gone with it.
+        """
+        address = self.address
+        try:
+            claimed = self.client.xclaim(address.stream, address.group, address.consumer, min_idle_time=0,
+                                         message_ids=[message_id])
+        except redis.RedisError as error:
+            log.warning("Cannot claim a held entry for its retry; it stays pending for the reclaimer",
+                        extra={"message_id": message_id, "error": str(error)})
+            return None
+        fields = claimed[0][1] if claimed else None     # none: acknowledged meanwhile, or trimmed away
+        plan = plan_entry(message_id, fields, self.catalog.rules(), self.catalog.waiting(), self.max_event_bytes)
+        settlement = decide_settlement(plan)
+        if settlement is None:
+            return plan
+        if settlement.cause is Cause.UNMATCHED:
+            self.settler.settle_unmatched([message_id])
+        else:
+            _explain(plan, settlement)
+            self.settler.settle(plan, settlement)
+        return None
 
     def _trouble(self, error, outage):
         if is_missing_group(error):

@@ -27,7 +27,7 @@ from relay.stream import keys
 
 PAGE = 500  # entries read per XREVRANGE while listing
 _ENTRY_ID = re.compile(r"\d{1,20}-\d{1,20}", re.ASCII)
-_EXHAUSTED = re.compile(r"attempts exhausted for (.+)")
+_EXHAUSTED = re.compile(r"attempts exhausted for ([^;]+)(?:; |$)")   # "; older than max_event_age ..." may follow
 
 # KEYS: the dead-letter stream, the stream. ARGV: dead-letter ids. Returns the new entries' ids,
 # or an error reply naming the first id that is unknown or whose event was cut; then nothing changed.
@@ -100,7 +100,7 @@ class DeadLetter:
     @property
     def targets(self) -> tuple[str, ...]:
         """The ``function/handler`` whose attempts ran out, when the reason names them."""
-        found = _EXHAUSTED.fullmatch(self.reason)
+        found = _EXHAUSTED.match(self.reason)
         return tuple(found.group(1).split(", ")) if found else ()
 
     @property

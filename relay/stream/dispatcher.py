@@ -1,26 +1,34 @@
 """Running one entry's matched invocations, in order, with retries and limits.
 
 For every target (functions by name, rules in file order) the stored state
-decides: completed and exhausted invocations are skipped, and an eligible one
-takes its concurrency slots, is claimed, and runs. A failure, an invocation
-still running elsewhere or waiting out its backoff, or a slot that stays
-busy stops the entry there, so later rules never run ahead of earlier ones.
+decides: completed and exhausted invocations are skipped, one whose entry is
+older than its rule's max_event_age is expired (not run; the later ones
+still run), and an eligible one takes its concurrency slots, is claimed,
+and runs. A failure, an invocation still running elsewhere or waiting out
+its backoff, or a slot that stays busy stops the entry there, so later
+rules never run ahead of earlier ones.
 An attempt that could not reach the Docker engine is not the handler's
 failure: its claim is undone, so it costs no attempt and the reclaimer
 brings the entry back once the engine is up. Then the entry is
 acknowledged when every target is complete, dead-lettered when every
-unfinished target is exhausted, and otherwise left pending for the
-reclaimer: relay.stream.verdict decides, from the targets' outcomes, and
-the Settler carries it out. The completed marker of the last target run is
-sent in the acknowledgment's round trip (one round trip less per entry);
-an earlier target's is written before the next one starts.
+unfinished target is exhausted or expired (or acknowledged when those
+expired say drop), and otherwise left pending for the reclaimer:
+relay.stream.verdict decides, from the targets' outcomes, and the Settler
+carries it out. A failed attempt waits out its rule's retry_backoff
+(jittered with retry_jitter); ``dispatch`` returns when the next attempt
+is due, so the consumer may hold the entry for it. The completed marker of
+the last target run is sent in the acknowledgment's round trip (one round
+trip less per entry); an earlier target's is written before the next one
+starts.
 """
 
 from __future__ import annotations
 
 import logging
+import random
 import time
 from contextlib import ExitStack
+from dataclasses import dataclass
 from enum import Enum
 
 from relay.durations import format_duration
@@ -31,7 +39,7 @@ from relay.stream.keys import idempotency_key, target_field
 from relay.stream.markers import Action, decide
 from relay.stream.plans import Plan
 from relay.stream.settle import takes_prelude
-from relay.stream.verdict import COMPLETE, Status, TargetOutcome, decide_settlement
+from relay.stream.verdict import COMPLETE, Status, TargetOutcome, Verdict, decide_settlement, expired, expiry_reason
 
 log = logging.getLogger("relay.stream.dispatcher")
 
@@ -43,6 +51,16 @@ class NotRun(Enum):
 
     NO_SLOT = "no slot"                       # the slots stayed busy: stop here, leave the entry pending
     CLAIMED_ELSEWHERE = "claimed elsewhere"   # another worker started this attempt first: go on
+
+
+@dataclass(frozen=True, slots=True)
+class RetryDue:
+    """An entry left pending for a retry due *delay* seconds after its attempt failed here (or,
+    *after_failure* False, after its marker was found still waiting): waiting that long from
+    now never starts it early."""
+
+    delay: float
+    after_failure: bool
 
 
 class Dispatcher:
@@ -61,8 +79,12 @@ class Dispatcher:
         self.clock = clock
         self.slot_wait = slot_wait
 
-    def dispatch(self, plan: Plan) -> None:
+    def dispatch(self, plan: Plan) -> RetryDue | None:
         """Run *plan*'s targets and settle the entry; never raises for handler failures.
+
+        Returns when the next attempt is due if the entry was left pending
+        with a retry waiting out its backoff (the consumer may hold the entry
+        for it), else None.
 
         The images of every target are leased for the whole dispatch, so a
         reconcile that swaps a function meanwhile cannot remove the version
@@ -71,24 +93,31 @@ class Dispatcher:
         with ExitStack() as leases:
             for image in dict.fromkeys(target.active.image for target in plan.targets):
                 leases.enter_context(self.leases.lease(image))
-            self._dispatch(plan)
+            return self._dispatch(plan)
 
     def _dispatch(self, plan):
         stored = self.store.load(plan.message_id)
         outcomes = {}
         unwritten = None      # the field of a target that completed here, its marker not written yet
+        retry = None          # the target the dispatch stopped at waits out a backoff
         for index, target in enumerate(plan.targets):
             field = target_field(target)
             raw = stored.get(field)
-            decision = decide(markers.parse(raw), self.clock(), target.rule.retries)
+            marker, now = markers.parse(raw), self.clock()
+            decision = decide(marker, now, target.rule.retries)
+            stale = expired(plan, target, marker, decision, now) if target.rule.max_event_age is not None else None
             if decision.action is Action.SKIP_COMPLETE:
                 outcomes[index] = COMPLETE
             elif decision.action is Action.SKIP_TERMINAL:
                 outcomes[index] = TargetOutcome(Status.TERMINAL, decision.attempt)
+            elif stale is not None:       # terminal: the later rules still run
+                log.info("Entry older than max_event_age; handler not run", extra=_attrs(
+                    plan, target, reason=expiry_reason(plan, target, now), on_expired=target.rule.on_expired))
+                outcomes[index] = stale
             elif decision.action is Action.SKIP_BUSY:
                 log.debug("Invocation running elsewhere or backing off; entry left pending",
                           extra=_attrs(plan, target))
-                outcomes[index] = TargetOutcome(Status.OPEN, decision.attempt)
+                outcomes[index], retry = TargetOutcome(Status.OPEN, decision.attempt), _backing_off(marker, now)
                 break                     # later rules run only after this one is done
             elif decision.action is Action.EXHAUST:
                 self.store.exhausted(plan.message_id, field, decision.attempt)
@@ -106,9 +135,12 @@ class Dispatcher:
                     continue
                 outcomes[index] = outcome
                 if outcome.status is not Status.COMPLETE:
+                    retry = RetryDue(outcome.retry_in / 1e9, after_failure=True) if outcome.retry_in else None
                     break                 # abort on the first failure
                 unwritten = field
-        self._settle(plan, decide_settlement(plan, outcomes, stored=stored, now=self.clock()), unwritten)
+        settlement = decide_settlement(plan, outcomes, stored=stored, now=self.clock())
+        self._settle(plan, settlement, unwritten)
+        return retry if settlement.verdict is Verdict.LEAVE_PENDING else None
 
     def _settle(self, plan, settlement, unwritten):
         """Settle the entry, with the marker of the target that completed last (*unwritten*).
@@ -186,11 +218,18 @@ class Dispatcher:
             self.store.exhausted(plan.message_id, target_field(target), attempt)
             log.error("Handler failed; attempts exhausted", extra=attrs)
             return TargetOutcome(Status.TERMINAL, attempt)
-        wait = markers.backoff(attempt)
+        wait = markers.backoff(attempt, target.rule.retry_backoff)
+        if target.rule.retry_jitter:
+            wait = markers.jittered(wait, random.random())
         self.store.failed(plan.message_id, target_field(target), self.clock() + wait, attempt)
         attrs["retry_in"] = format_duration(wait)
         log.warning("Handler failed; will retry", extra=attrs)
-        return TargetOutcome(Status.OPEN, attempt)
+        return TargetOutcome(Status.OPEN, attempt, wait)
+
+
+def _backing_off(marker, now):
+    """The RetryDue of an invocation found waiting out its backoff, else None (it is running)."""
+    return RetryDue((marker.deadline - now) / 1e9, after_failure=False) if marker.kind == markers.WAITING else None
 
 
 def _attrs(plan, target, **more):

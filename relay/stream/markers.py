@@ -12,12 +12,15 @@ Pure functions over plain values, so the rules are tested without Redis.
 from dataclasses import dataclass
 from enum import Enum
 
-from relay.durations import MINUTE
+from relay.durations import HOUR, MILLISECOND, MINUTE
 from relay.stream.keys import invocation_key
 
 STATE_TTL_SECONDS = 7 * 24 * 3600
 BACKOFF = (1 * MINUTE, 2 * MINUTE, 5 * MINUTE, 10 * MINUTE)  # after attempt 1, 2, 3, then capped
-HORIZON = 60 * MINUTE  # no deadline Relay writes is further ahead (timeouts ≤ 5m, backoff ≤ 10m), skew included
+JITTER = 0.2           # retry_jitter spreads a delay over ±20 %
+# No deadline Relay writes is further ahead: timeouts ≤ 5m, a retry_backoff value ≤ 1h (+20 % jitter),
+# skew included (tests/test_markers.py checks it against the template limits).
+HORIZON = 2 * HOUR
 
 OK, RUNNING, WAITING, EXHAUSTED, ABSENT = "ok", "running", "next_attempt_at", "exhausted", "absent"
 
@@ -88,9 +91,21 @@ def exhausted(attempts):
     return f"{EXHAUSTED}:{attempts}"
 
 
-def backoff(attempt):
-    """How long to wait after failed attempt number *attempt* (1-based), in nanoseconds."""
-    return BACKOFF[min(attempt, len(BACKOFF)) - 1]
+def backoff(attempt, schedule=None):
+    """How long to wait after failed attempt number *attempt* (1-based), in nanoseconds.
+
+    *schedule* is a rule's ``retry_backoff``: the delay before retry n is its
+    n-th value, the last one repeating; None is Relay's own, BACKOFF.
+    """
+    schedule = schedule or BACKOFF
+    return schedule[min(attempt, len(schedule)) - 1]
+
+
+def jittered(delay, unit):
+    """*delay* spread by ±JITTER: *unit* in [0, 1) (random.random()) maps to 0.8 × delay up to 1.2 × delay,
+    to the millisecond (a delay under one keeps its own value)."""
+    spread = delay * (1 - JITTER + 2 * JITTER * unit)
+    return round(spread / MILLISECOND) * MILLISECOND or delay
 
 
 class Action(Enum):

@@ -53,6 +53,15 @@ class Plan:
         return not (self.scheduled or self.trimmed)
 
     @property
+    def added_at(self):
+        """When the entry was added to the stream, in unix nanoseconds (its id's milliseconds), or None.
+
+        A redriven entry is a new entry (``relay dlq redrive``), so for it this is when it was redriven.
+        """
+        milliseconds = self.message_id.partition("-")[0]
+        return int(milliseconds) * 1_000_000 if milliseconds.isascii() and milliseconds.isdigit() else None
+
+    @property
     def event_id(self):
         return _text(self.event.get("event_id")) if self.event else None
 

@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from relay.functions import Function
     from relay.functions.rules import Rules
     from relay.runtime.invocation import Invocation, Outcome
+    from relay.stream.dispatcher import RetryDue
     from relay.stream.plans import Plan
     from relay.stream.settle import EntryIds, Prelude
     from relay.stream.verdict import Settlement
@@ -90,9 +91,9 @@ class RuleSource(Protocol):
 
 
 class Dispatcher(Protocol):
-    """Runs a plan's targets and settles the entry."""
+    """Runs a plan's targets and settles the entry; says when a retry it left pending is due."""
 
-    def dispatch(self, plan: Plan) -> None: ...
+    def dispatch(self, plan: Plan) -> RetryDue | None: ...
 
 
 class Gauge(Protocol):
@@ -121,3 +122,7 @@ class Observer(Protocol):
     def settled(self, settlement: Settlement, count: int) -> None:
         """*count* entries were settled as *settlement* says: Redis acknowledged or dead-lettered them
         (a failed settle emits nothing; LEAVE_PENDING is emitted too, having nothing to do)."""
+
+    def expired(self, function: str) -> None:
+        """A settled entry's invocations of *function* were not run: the entry was older than their
+        max_event_age. Follows the ``settled`` of a dead-lettered or acknowledged entry, once per function."""

@@ -59,6 +59,8 @@ class Settler:
             done = True
         if done:
             self.observer.settled(settlement, 1)
+            for function in settlement.expired:
+                self.observer.expired(function)
         return done
 
     def settle_unmatched(self, message_ids: EntryIds) -> bool:

@@ -12,7 +12,19 @@ reclaimer:
     has targets, not yet dispatched     → None: dispatch it
     every target complete               → ACK
     any target still open               → LEAVE_PENDING
-    every unfinished target exhausted   → DEAD_LETTER, the most attempts any made
+    every unfinished target finished:
+      any exhausted, or expired with on_expired: dead-letter
+                                        → DEAD_LETTER, the most attempts any of those made
+      else (expired with on_expired: drop)
+                                        → ACK, not counted as processed
+
+A target is expired when it would still run (now, or after its backoff) but
+the entry is older than its rule's max_event_age. Its age only grows, so an
+expired target is terminal like an exhausted one and needs no marker: every
+delivery finds it expired again. The other targets of the entry still run;
+the entry settles once every one is finished, and the expired ones then
+decide with the exhausted ones: dead-lettered if any of them says so
+(the reason names each cause), acknowledged if all say drop.
 
 Targets the dispatch did not reach this time (it stops at the first one that
 is not complete) are judged by their stored markers. Pure: no Redis, no
@@ -26,9 +38,11 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import overload
 
+from relay.durations import MILLISECOND, SECOND, format_compact
+from relay.functions.template import DEAD_LETTER as ON_EXPIRED_DEAD_LETTER
 from relay.stream import markers
 from relay.stream.keys import target_field
-from relay.stream.markers import Action
+from relay.stream.markers import Action, Decision, Marker
 from relay.stream.plans import Plan
 
 
@@ -37,13 +51,15 @@ class Status(Enum):
 
     COMPLETE = "complete"     # succeeded, now or earlier
     TERMINAL = "terminal"     # attempts exhausted
+    EXPIRED = "expired"       # the entry is older than the rule's max_event_age: terminal, not run
     OPEN = "open"             # may still run: failed with retries left, busy, not reached, no slot
 
 
 @dataclass(frozen=True, slots=True)
 class TargetOutcome:
     status: Status
-    attempts: int = 0         # attempts made (for TERMINAL, the count the dead-letter entry reports)
+    attempts: int = 0         # attempts made (for TERMINAL and EXPIRED, the count the dead-letter entry reports)
+    retry_in: int = 0         # OPEN after an attempt failed here: the wait (ns) before the next one
 
 
 COMPLETE = TargetOutcome(Status.COMPLETE)
@@ -66,6 +82,7 @@ class Cause(Enum):
     DONE = "done"
     OPEN = "open"
     EXHAUSTED = "exhausted"
+    EXPIRED = "expired"       # only expired targets are unfinished (dead-lettered, or dropped)
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,6 +97,7 @@ class Settlement:
     clear_state: bool = True       # delete the invocation state hash with the acknowledgment
     counts_processed: bool = False  # an acknowledged event that counts as processed (events_processed)
     functions: tuple[str, ...] = ()  # the functions a dead-lettered entry matched (function_dlq_entries)
+    expired: tuple[str, ...] = ()    # the functions whose invocations expired (events_expired)
 
 
 TRIMMED = Settlement(Verdict.ACK, Cause.TRIMMED)
@@ -120,27 +138,66 @@ def decide_settlement(plan: Plan, outcomes: Mapping[int, TargetOutcome] | None =
 
 def _judge(plan: Plan, outcomes: Mapping[int, TargetOutcome], stored: Mapping[str, bytes | str],
            now: int) -> Settlement:
-    judged = [outcomes.get(index) or stored_outcome(stored.get(target_field(target)), now, target.rule.retries)
+    judged = [outcomes.get(index) or stored_outcome(plan, target, stored.get(target_field(target)), now)
               for index, target in enumerate(plan.targets)]
     statuses = {outcome.status for outcome in judged}
     if statuses <= {Status.COMPLETE}:
         return Settlement(Verdict.ACK, Cause.DONE, counts_processed=not plan.scheduled)
     if Status.OPEN in statuses:
         return OPEN
-    terminal = [(target, outcome) for target, outcome in zip(plan.targets, judged, strict=True)
-                if outcome.status is Status.TERMINAL]
-    exhausted = sorted({target_field(target) for target, _ in terminal})
-    return Settlement(Verdict.DEAD_LETTER, Cause.EXHAUSTED, reason=f"attempts exhausted for {', '.join(exhausted)}",
-                      attempts=max(outcome.attempts for _, outcome in terminal),
-                      functions=tuple(sorted({target.active.name for target in plan.targets})))
+    exhausted = [(target, outcome) for target, outcome in zip(plan.targets, judged, strict=True)
+                 if outcome.status is Status.TERMINAL]
+    expired = [(target, outcome) for target, outcome in zip(plan.targets, judged, strict=True)
+               if outcome.status is Status.EXPIRED]
+    expired_functions = tuple(sorted({target.active.name for target, _ in expired}))
+    dead = [(target, outcome) for target, outcome in expired if target.rule.on_expired == ON_EXPIRED_DEAD_LETTER]
+    if not exhausted and not dead:
+        return Settlement(Verdict.ACK, Cause.EXPIRED, expired=expired_functions)
+    reasons = []
+    if exhausted:
+        reasons.append(f"attempts exhausted for {', '.join(sorted({target_field(t) for t, _ in exhausted}))}")
+    reasons.extend(dict.fromkeys(expiry_reason(plan, target, now) for target, _ in dead))
+    return Settlement(Verdict.DEAD_LETTER, Cause.EXHAUSTED if exhausted else Cause.EXPIRED, reason="; ".join(reasons),
+                      attempts=max(outcome.attempts for _, outcome in exhausted + dead),
+                      functions=tuple(sorted({target.active.name for target in plan.targets})),
+                      expired=expired_functions)
 
 
-def stored_outcome(raw: bytes | str | None, now: int, retries: int) -> TargetOutcome:
-    """A target this dispatch did not reach, by its stored marker: complete, exhausted, or open."""
+def stored_outcome(plan: Plan, target, raw: bytes | str | None, now: int) -> TargetOutcome:
+    """A target this dispatch did not reach, by its stored marker: complete, exhausted, expired, or open."""
     marker = markers.parse(raw)
-    action = markers.decide(marker, now, retries).action
-    if action is Action.SKIP_COMPLETE:
+    decision = markers.decide(marker, now, target.rule.retries)
+    if decision.action is Action.SKIP_COMPLETE:
         return COMPLETE
-    if action is Action.SKIP_TERMINAL:
+    if decision.action is Action.SKIP_TERMINAL:
         return TargetOutcome(Status.TERMINAL, marker.attempts)
-    return TargetOutcome(Status.OPEN)
+    return expired(plan, target, marker, decision, now) or TargetOutcome(Status.OPEN)
+
+
+def expired(plan: Plan, target, marker: Marker, decision: Decision, now: int) -> TargetOutcome | None:
+    """EXPIRED when *target* would still run, now or once its backoff is over, but the entry is older
+    than its rule's max_event_age at *now* (unix ns); else None.
+
+    An attempt running (here or elsewhere) is let finish, and a last attempt
+    that died with its worker is exhausted, not expired: exhaustion wins.
+    """
+    limit = target.rule.max_event_age
+    if limit is None:
+        return None
+    if decision.action is not Action.RUN and not (
+            decision.action is Action.SKIP_BUSY and marker.kind == markers.WAITING):
+        return None
+    added = plan.added_at
+    if added is None or now - added <= limit:
+        return None
+    return TargetOutcome(Status.EXPIRED, marker.attempts)
+
+
+def expiry_reason(plan: Plan, target, now: int) -> str:
+    """The dead-letter reason of an expired target: ``older than max_event_age (1h): 3h12m``.
+
+    The age is cut to whole seconds (to milliseconds under a second).
+    """
+    age = now - (plan.added_at or 0)
+    age -= age % (SECOND if age >= SECOND else MILLISECOND)
+    return f"older than max_event_age ({format_compact(target.rule.max_event_age)}): {format_compact(age)}"
