@@ -393,6 +393,36 @@ def test_wildcard_agrees_with_a_regular_expression(pattern, text):
     assert matches({"e": {"wildcard": [pattern]}}, {"e": text}) is _glob_reference(pattern, text)
 
 
+# --- an explicit now ---------------------------------------------------------------------
+
+
+def test_an_explicit_now_is_converted_once_for_many_patterns(monkeypatch):
+    """One event against many patterns at one instant converts the instant once, not once a pattern."""
+    from relay.functions import patterns as module
+
+    conversions = []
+    convert = module._nanoseconds
+    monkeypatch.setattr(module, "_nanoseconds", lambda now: conversions.append(now) or convert(now))
+    timed = [compile_pattern({"t": {"gt": f"now()-{minutes}m"}}) for minutes in range(1, 31)]
+    plain = [compile_pattern({"s": ["x"]}) for _ in range(30)]
+    instant = datetime(2030, 1, 1, 12, 0, tzinfo=UTC)
+    event = {"s": "x", "t": "2030-01-01T11:50:00Z"}
+    assert [pattern.matches(event, now=instant) for pattern in plain] == [True] * 30
+    assert conversions == []
+    assert [pattern.matches(event, now=instant) for pattern in timed] == [False] * 10 + [True] * 20
+    assert conversions == [instant]
+
+
+def test_a_new_now_is_not_answered_with_the_last_one():
+    pattern = compile_pattern({"t": {"gt": "now()-5m"}})
+    event = {"t": "2026-09-13T11:56:00Z"}
+    assert pattern.matches(event, now=NOW)
+    assert not pattern.matches(event, now=NOW + timedelta(hours=1))
+    assert pattern.matches(event, now=NOW.replace(tzinfo=None))
+    assert not pattern.matches(event, now=(NOW + timedelta(hours=1)).replace(tzinfo=None))
+    assert pattern.matches(event, now=NOW)
+
+
 # --- the algebra, as properties -----------------------------------------------------
 
 scalars = st.one_of(st.none(), st.booleans(), st.integers(-5, 5), st.floats(-5, 5, allow_nan=False),

@@ -55,6 +55,9 @@ class Pattern:
 
     *now* (an aware datetime; naive means UTC) fixes the instant that now()
     expressions are measured from; by default it is the time of the call.
+    It is converted only where a now() comparison meets a timestamp, and the
+    last one converted is remembered: matching many patterns at one explicit
+    instant converts it once, not once a call.
     *required* maps each top-level field the pattern requires to be one of
     some strings (``table_name: [users, orders]``) to a set of strings that
     holds all it can be: an event whose field is anything else cannot match,
@@ -71,7 +74,7 @@ class Pattern:
     def matches(self, event, now=None):
         if type(event) is not dict:
             return False
-        return self._test(event, None if now is None else _nanoseconds(now))
+        return self._test(event, now)
 
     def __repr__(self):
         return f"Pattern({self.source!r})"
@@ -519,7 +522,11 @@ def _comparison(compare, bounds):
             instant = _instant(value)
             if instant is None:
                 return False
-            reference = time.time_ns() if now is None else now
+            if now is None:
+                reference = time.time_ns()
+            else:
+                last = _last_now[0]
+                reference = last[1] if now is last[0] else _nanoseconds(now)
             for offset in offsets:
                 if compare(instant, reference + offset):
                     return True
@@ -555,8 +562,12 @@ def _instant(text):
     return seconds * 1_000_000_000 + fraction_ns
 
 
+_last_now = [(None, 0)]  # holds the last datetime _nanoseconds converted, with its answer
+
+
 def _nanoseconds(now):
-    if now.tzinfo is None:
-        now = now.replace(tzinfo=UTC)
-    delta = now - _EPOCH
-    return (delta.days * 86_400 + delta.seconds) * 1_000_000_000 + delta.microseconds * 1000
+    aware = now.replace(tzinfo=UTC) if now.tzinfo is None else now
+    delta = aware - _EPOCH
+    nanoseconds = (delta.days * 86_400 + delta.seconds) * 1_000_000_000 + delta.microseconds * 1000
+    _last_now[0] = (now, nanoseconds)
+    return nanoseconds
