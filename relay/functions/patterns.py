@@ -217,10 +217,11 @@ def _field(key, condition, path, problems):
     if not operators:
         fields, when_missing = _fields(condition, path, problems)
 
-        def nested(value, now):
+        def nested(container, now):
+            value = container.get(key)
             return fields(value, now) if type(value) is dict else when_missing
 
-        return _present_field(key, (nested,), when_missing), when_missing
+        return nested, when_missing
     if len(operators) != len(condition):
         others = [name for name in condition if name not in OPERATORS]
         named = ", ".join([shorten(str(name)) for name in others[:4]] + ["..."] * (len(others) > 4))
