@@ -59,8 +59,8 @@ class Pattern:
     last one converted is remembered: matching many patterns at one explicit
     instant converts it once, not once a call.
     *required* maps each top-level field the pattern requires to be one of
-    some strings (``table_name: [users, orders]``) to a set of strings that
-    holds all it can be: an event whose field is anything else cannot match,
+    some strings (``table_name: [users, orders]``) to a set holding every
+    string it may be: an event whose field is anything else cannot match,
     which is what the consumer's rule index (relay.functions.rules) relies on.
     """
 
