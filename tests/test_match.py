@@ -5,10 +5,13 @@ import shutil
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
 
+from relay.functions import compile_pattern
 from relay.functions.explain import first_mismatch
 from tests.support.relay_process import base_env, run_relay
 from tests.support.workers import write_function
+from tests.test_patterns import NOW, events, patterns
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "functions"
 INSERT = {"event_id": "evt_1", "event_name": "INSERT", "table_name": "users", "new_image": {"id": "u1"}}
@@ -57,6 +60,46 @@ def test_an_event_relay_would_dead_letter_and_an_unloadable_function(tmp_path):
     ({"new_image": {"status": ["paid"]}}, {"new_image": "x"}, 'new_image: "x" does not satisfy {"status": ["paid"]}'),
     ({"a": ["x"], "b": ["y"]}, {"a": "x", "b": "z"}, 'b: "z" is not one of ["y"]'),
     ({"a": ["x"]}, {"a": "x"}, None),
+    ({"status": {"anything-but": ["DELETED", "ARCHIVED"]}}, {"status": "DELETED"},
+     'status: "DELETED" is one of the values {"anything-but": ["DELETED", "ARCHIVED"]} excludes'),
+    ({"status": {"anything-but": ["DELETED"]}}, {},
+     'status: is missing; {"anything-but": ["DELETED"]} matches only a field that is present'),
+    ({"id": {"anything-but": {"prefix": ["test_", "tmp_"]}}}, {"id": "tmp_1"},
+     'id: "tmp_1" starts with "tmp_", which {"anything-but": {"prefix": ["test_", "tmp_"]}} excludes'),
+    ({"id": {"anything-but": {"prefix": "test_"}}}, {"id": "test_1"},
+     'id: "test_1" starts with "test_", which {"anything-but": {"prefix": "test_"}} excludes'),
+    ({"id": {"anything-but": {"prefix": ["test_"]}}}, {"id": 7},
+     'id: 7 is not a string; {"anything-but": {"prefix": ["test_"]}} matches only strings'),
+    ({"s": {"equals-ignore-case": ["paid"]}}, {"s": "PENDING"}, 's: "PENDING" is not one of ["paid"], ignoring case'),
+    ({"s": {"equals-ignore-case": ["paid"]}}, {"s": None},
+     's: null is not a string; {"equals-ignore-case": ["paid"]} matches only strings'),
+    ({"s": {"equals-ignore-case": ["paid"]}}, {}, 's: is missing; the pattern wants {"equals-ignore-case": ["paid"]}'),
+    ({"e": {"wildcard": ["user_*@example.com"]}}, {"e": "bob@example.com"},
+     'e: "bob@example.com" does not fit {"wildcard": ["user_*@example.com"]}'),
+    ({"e": {"wildcard": ["1*"]}}, {"e": 12}, 'e: 12 is not a string; {"wildcard": ["1*"]} matches only strings'),
+    ({"e": {"wildcard": ["1*"], "exists": False}}, {"e": 2},
+     'e: 2 does not satisfy {"wildcard": ["1*"], "exists": false}'),
+    ({"t": ["u"], "$or": [{"a": ["x"]}, {"n": {"b": {"gt": 3}}}]}, {"t": "u", "a": "y", "n": {"b": 2}},
+     '$or: none of its 2 patterns match: [0] a: "y" is not one of ["x"]; [1] n.b: 2 does not satisfy {"gt": 3}'),
+    ({"t": ["u"], "$or": [{"a": ["x"]}]}, {"t": "v", "a": "y"}, 't: "v" is not one of ["u"]'),
+    ({"n": {"$or": [{"a": ["x"]}, {"$or": [{"b": ["z"]}]}]}}, {"n": {"a": "y"}},
+     'n.$or: none of its 2 patterns match: [0] n.a: "y" is not one of ["x"]; [1] n.$or: its one pattern does not '
+     'match: [0] n.b: is missing; the pattern wants ["z"]'),
+    ({"n": {"$or": [{"a": ["x"]}]}}, {"n": 5}, 'n: 5 does not satisfy {"$or": [{"a": ["x"]}]}'),
+    ({"$or": [{"a": {"wildcard": ["x*"]}}, {"b": {"anything-but": ["y"]}}]}, {"a": "y", "b": "y"},
+     '$or: none of its 2 patterns match: [0] a: "y" does not fit {"wildcard": ["x*"]}; [1] b: "y" is one of the '
+     'values {"anything-but": ["y"]} excludes'),
+    ({"$or": [{"a": {"wildcard": ["x*"]}}, {"b": {"anything-but": ["y"]}}]}, {"a": "xa"}, None),
 ])
 def test_first_mismatch(pattern, event, why):
     assert first_mismatch(pattern, event) == why
+
+
+@settings(max_examples=300, deadline=None)
+@given(patterns, events)
+def test_first_mismatch_has_a_reason_exactly_when_the_pattern_fails(pattern, event):
+    compiled = compile_pattern(pattern)
+    why = first_mismatch(pattern, event, NOW)
+    assert (why is None) is compiled.matches(event, NOW)
+    if why is not None:
+        assert ": " in why

@@ -84,3 +84,33 @@ def test_the_command_runs_as_an_operator_would(tmp_path):
     result = run_relay("validate", str(tmp_path / "missing"), env=base_env())
     assert result.returncode == 1
     assert result.stdout.splitlines()[0] == f"{tmp_path / 'missing'}: does not exist"
+
+
+def test_bad_pattern_operators_are_listed_with_their_paths(tmp_path):
+    root = tmp_path / "functions"
+    template = """runtime: python3.14
+events:
+  - handler: events.created.handler
+    pattern:
+      table_name: [users]
+      status: {anything-but: {suffix: [_test]}}
+      email: {wildcard: [1]}
+      name: {equals-ignore-case: []}
+      $or:
+        - {kind: [a]}
+        - kind
+        - new_image: {$or: []}
+"""
+    write_function(root, "users", template, {"events/created.py": "def handler(event):\n    pass\n"})
+    code, output = validate(root, tmp_path)
+    path = root / "users" / "template.yaml"
+    assert code == 1
+    assert output.splitlines()[:5] == [
+        f"{path}: events[0].pattern.status.anything-but: takes a list of values, or {{prefix: [...]}} for strings "
+        f"starting with none of them; not {{'suffix': ['_test']}}",
+        f"{path}: events[0].pattern.email.wildcard: wildcard takes strings, not 1",
+        f"{path}: events[0].pattern.name.equals-ignore-case: equals-ignore-case needs at least one value; an empty "
+        f"list can never match",
+        f"{path}: events[0].pattern.$or[1]: must be a mapping of event fields to conditions, not 'kind'",
+        f"{path}: events[0].pattern.$or[2].new_image.$or: must be a non-empty list of patterns (mappings of event "
+        f"fields to conditions), not []"]

@@ -7,7 +7,13 @@ A pattern maps event fields to conditions:
   one field being alternatives (OR): ``{exists: false, prefix: ["12"]}``;
 * a mapping with no operator key holds nested fields;
 * sibling fields must all hold (AND); the values listed for one operator are
-  alternatives (OR).
+  alternatives (OR);
+* ``$or: [{...}, {...}]`` among the fields of any mapping holds patterns, one
+  of which must hold: ``{table_name: [users], $or: [{a: [x]}, {b: [y]}]}``.
+
+An operator tests a field that is present; only ``exists: false`` holds for a
+missing one. So ``anything-but`` does not match a missing field (as in AWS
+EventBridge): "anything but DELETED" says something about a value.
 
 ``compile_pattern`` validates the whole tree and reports every problem with
 its field path; the Pattern it returns evaluates an event without looking at
@@ -25,7 +31,10 @@ from relay.errors import DurationError
 from relay.functions.problems import Problems, join, reason, show
 from relay.quoting import shorten
 
-OPERATORS = ("equals", "prefix", "suffix", "exists", "gt", "gte", "lt", "lte")
+OPERATORS = ("equals", "prefix", "suffix", "exists", "gt", "gte", "lt", "lte", "anything-but", "equals-ignore-case",
+             "wildcard")
+OR = "$or"
+_STRING_OPERATORS = ("prefix", "suffix", "equals-ignore-case", "wildcard")
 _COMPARISONS = {
     "gt": lambda value, bound: value > bound,
     "gte": lambda value, bound: value >= bound,
@@ -46,10 +55,13 @@ class Pattern:
 
     *now* (an aware datetime; naive means UTC) fixes the instant that now()
     expressions are measured from; by default it is the time of the call.
+    It is converted only where a now() comparison meets a timestamp, and the
+    last one converted is remembered: matching many patterns at one explicit
+    instant converts it once, not once a call.
     *required* maps each top-level field the pattern requires to be one of
-    some strings (``table_name: [users, orders]``) to those strings: an event
-    whose field is anything else cannot match, which is what the consumer's
-    rule index (relay.functions.rules) relies on.
+    some strings (``table_name: [users, orders]``) to a set holding every
+    string it may be: an event whose field is anything else cannot match,
+    which is what the consumer's rule index (relay.functions.rules) relies on.
     """
 
     __slots__ = ("_test", "source", "required")
@@ -62,7 +74,7 @@ class Pattern:
     def matches(self, event, now=None):
         if type(event) is not dict:
             return False
-        return self._test(event, None if now is None else _nanoseconds(now))
+        return self._test(event, now)
 
     def __repr__(self):
         return f"Pattern({self.source!r})"
@@ -87,16 +99,32 @@ def compile_pattern(pattern, path="pattern", problems=None):
 
 
 def _required_strings(pattern):
-    """Top-level fields whose only condition is equality with strings -> frozenset of them."""
+    """Top-level fields whose only condition is equality with strings -> frozenset of them.
+
+    A field every pattern of a ``$or`` requires is required too, to be one of
+    the strings of all of them; a sibling field's own condition comes first.
+    """
     required = {}
     for key, condition in pattern.items():
+        if key == OR:
+            continue
         values = condition
         if isinstance(condition, dict) and list(condition) == ["equals"]:
             equals = condition["equals"]
             values = equals if isinstance(equals, list) else [equals]
         if isinstance(values, list) and values and all(type(value) is str for value in values):
             required[key] = frozenset(values)
+    if OR in pattern:
+        for key, values in _required_by_every(pattern[OR]).items():
+            required.setdefault(key, values)
     return required
+
+
+def _required_by_every(patterns):
+    """The fields each of *patterns* requires -> the union of the strings they allow."""
+    each = [_required_strings(pattern) for pattern in patterns]
+    shared = set(each[0]).intersection(*each[1:])
+    return {key: frozenset().union(*(required[key] for required in each)) for key in shared}
 
 
 def _fields(mapping, path, problems):
@@ -109,7 +137,7 @@ def _fields(mapping, path, problems):
         if not isinstance(key, str):
             problems.add(field_path, f"field name {show(key)} is not a string; quote it in the YAML")
             continue
-        compiled = _field(key, condition, field_path, problems)
+        compiled = _or(condition, field_path, problems) if key == OR else _field(key, condition, field_path, problems)
         if compiled is not None:
             tests.append(compiled[0])
             when_parent_missing = when_parent_missing and compiled[1]
@@ -136,6 +164,42 @@ def _all_of(tests):
     return test
 
 
+def _or(patterns, path, problems):
+    """Compile ``$or``: a test on the dict that holds it, true when one of *patterns* is."""
+    if not isinstance(patterns, list) or not patterns:
+        problems.add(path, f"must be a non-empty list of patterns (mappings of event fields to conditions), "
+                           f"not {show(patterns)}")
+        return None
+    tests = []
+    when_parent_missing = False
+    for index, pattern in enumerate(patterns):
+        pattern_path = join(path, index)
+        if not isinstance(pattern, dict) or not pattern:
+            problems.add(pattern_path, f"must be a mapping of event fields to conditions, not {show(pattern)}")
+            continue
+        test, when_missing = _fields(pattern, pattern_path, problems)
+        tests.append(test)
+        when_parent_missing = when_parent_missing or when_missing
+    return _any_of(tuple(tests)), when_parent_missing
+
+
+def _any_of(tests):
+    """OR of tests on one dict; the common short cases avoid a loop."""
+    if len(tests) == 1:
+        return tests[0]
+    if len(tests) == 2:
+        first, second = tests
+        return lambda event, now: first(event, now) or second(event, now)
+
+    def test(event, now):
+        for pattern in tests:
+            if pattern(event, now):
+                return True
+        return False
+
+    return test
+
+
 def _field(key, condition, path, problems):
     """Compile one field's condition; return (test on the parent dict, result when missing)."""
     if isinstance(condition, list):
@@ -153,10 +217,11 @@ def _field(key, condition, path, problems):
     if not operators:
         fields, when_missing = _fields(condition, path, problems)
 
-        def nested(value, now):
+        def nested(container, now):
+            value = container.get(key)
             return fields(value, now) if type(value) is dict else when_missing
 
-        return _present_field(key, (nested,), when_missing), when_missing
+        return nested, when_missing
     if len(operators) != len(condition):
         others = [name for name in condition if name not in OPERATORS]
         named = ", ".join([shorten(str(name)) for name in others[:4]] + ["..."] * (len(others) > 4))
@@ -185,21 +250,52 @@ def _field(key, condition, path, problems):
 
 
 def _operator(name, operand, path, problems):
+    if name == "anything-but":
+        return _anything_but(operand, path, problems)
+    if name in _STRING_OPERATORS:
+        strings = _string_list(operand, path, problems, name)
+        if strings is None:
+            return None
+        if name == "prefix":
+            return _prefix(tuple(strings))
+        if name == "suffix":
+            return _suffix(tuple(strings))
+        if name == "equals-ignore-case":
+            return _equals_ignore_case(strings)
+        return _wildcard(strings)
     operands = _operand_list(operand, path, problems, name)
     if operands is None:
         return None
-    if name in ("prefix", "suffix"):
-        wrong = [value for value in operands if type(value) is not str]
-        if wrong:
-            problems.add(path, f"{name} takes strings, not {show(wrong[0])}")
-            return None
-        return _prefix(tuple(operands)) if name == "prefix" else _suffix(tuple(operands))
     if name == "equals":
         return _equality_test(operands)
     bounds = [_comparison_bound(value, path, problems) for value in operands]
     if any(bound is None for bound in bounds):
         return None
     return _comparison(_COMPARISONS[name], tuple(bounds))
+
+
+def _anything_but(operand, path, problems):
+    """``anything-but: [values]`` or ``anything-but: {prefix: [strings]}``."""
+    if not isinstance(operand, dict):
+        operands = _operand_list(operand, path, problems, "anything-but")
+        return None if operands is None else _anything_but_values(operands)
+    if list(operand) != ["prefix"]:
+        problems.add(path, f"takes a list of values, or {{prefix: [...]}} for strings starting with none of them; "
+                           f"not {show(operand)}")
+        return None
+    prefixes = _string_list(operand["prefix"], join(path, "prefix"), problems, "anything-but prefix")
+    return None if prefixes is None else _anything_but_prefix(tuple(prefixes))
+
+
+def _string_list(operand, path, problems, what):
+    operands = _operand_list(operand, path, problems, what)
+    if operands is None:
+        return None
+    wrong = [value for value in operands if type(value) is not str]
+    if wrong:
+        problems.add(path, f"{what} takes strings, not {show(wrong[0])}")
+        return None
+    return operands
 
 
 def _operand_list(operand, path, problems, what):
@@ -331,6 +427,87 @@ def _suffix(suffixes):
     return test
 
 
+def _anything_but_values(operands):
+    """Present and equal to none of *operands*: the complement of equality."""
+    if all(type(value) is str for value in operands):
+        strings = frozenset(operands)
+
+        def test(value, now):
+            return type(value) is not str or value not in strings
+
+        return test
+    equals = _equality_test(operands)
+
+    def test_any(value, now):
+        return not equals(value, now)
+
+    return test_any
+
+
+def _anything_but_prefix(prefixes):
+    def test(value, now):
+        return type(value) is str and not value.startswith(prefixes)
+
+    return test
+
+
+def _equals_ignore_case(strings):
+    folded = frozenset(string.casefold() for string in strings)
+
+    def test(value, now):
+        return type(value) is str and value.casefold() in folded
+
+    return test
+
+
+def _wildcard(patterns):
+    """Whole strings that fit one of *patterns*, where ``*`` stands for any run of characters."""
+    exact = frozenset(pattern for pattern in patterns if "*" not in pattern)
+    globs = tuple(_glob(pattern) for pattern in patterns if "*" in pattern)
+
+    def test(value, now):
+        if type(value) is not str:
+            return False
+        if value in exact:
+            return True
+        for fits in globs:
+            if fits(value):
+                return True
+        return False
+
+    return test
+
+
+def _glob(pattern):
+    """A linear-time test that a string fits *pattern* (``*`` and literal text).
+
+    The text before the first ``*`` must start the string and the text after
+    the last must end it; each piece between is then found at its leftmost
+    place after the one before. Leftmost is always best (it leaves the most
+    room for what follows), so nothing is ever retried: each piece is
+    searched for once, and the search only moves forward. No regular
+    expression, so no backtracking, whatever the pattern.
+    """
+    first, *middle, last = pattern.split("*")
+    pieces = tuple(piece for piece in middle if piece)
+    shortest = len(first) + len(last) + sum(len(piece) for piece in pieces)
+    start = len(first)
+    tail = len(last)
+
+    def fits(value):
+        if len(value) < shortest or not value.startswith(first) or not value.endswith(last):
+            return False
+        position, end = start, len(value) - tail
+        for piece in pieces:
+            found = value.find(piece, position, end)
+            if found < 0:
+                return False
+            position = found + len(piece)
+        return True
+
+    return fits
+
+
 def _comparison(compare, bounds):
     numbers = tuple(bound for kind, bound in bounds if kind == "number")
     offsets = tuple(bound for kind, bound in bounds if kind == "now")
@@ -346,7 +523,11 @@ def _comparison(compare, bounds):
             instant = _instant(value)
             if instant is None:
                 return False
-            reference = time.time_ns() if now is None else now
+            if now is None:
+                reference = time.time_ns()
+            else:
+                last = _last_now[0]
+                reference = last[1] if now is last[0] else _nanoseconds(now)
             for offset in offsets:
                 if compare(instant, reference + offset):
                     return True
@@ -382,8 +563,12 @@ def _instant(text):
     return seconds * 1_000_000_000 + fraction_ns
 
 
+_last_now = [(None, 0)]  # holds the last datetime _nanoseconds converted, with its answer
+
+
 def _nanoseconds(now):
-    if now.tzinfo is None:
-        now = now.replace(tzinfo=UTC)
-    delta = now - _EPOCH
-    return (delta.days * 86_400 + delta.seconds) * 1_000_000_000 + delta.microseconds * 1000
+    aware = now.replace(tzinfo=UTC) if now.tzinfo is None else now
+    delta = aware - _EPOCH
+    nanoseconds = (delta.days * 86_400 + delta.seconds) * 1_000_000_000 + delta.microseconds * 1000
+    _last_now[0] = (now, nanoseconds)
+    return nanoseconds
