@@ -210,6 +210,27 @@ def test_redelivery_skips_completed_and_waits_for_backoff(engine):
     assert value(engine.metrics.retries) == 2 and value(engine.metrics.function_retries, "orders") == 2
 
 
+def test_two_rules_with_one_handler_each_run_once_with_their_own_state(redis_client):
+    twins = function("twins", """
+runtime: python3.14
+events:
+  - handler: app.handler
+    pattern: {kind: [order]}
+  - handler: app.handler
+    pattern: {kind: [order]}
+    retries: 0
+""")
+    engine = Engine(redis_client, [twins])
+    engine.executor.program("app.handler", Result(ok=True, exit_code=0), Result(ok=False, exit_code=3))
+    message_id = engine.publish({"kind": "order"})
+    engine.read()                                # the first succeeds, the second fails with no retries
+    assert engine.handlers_called() == [("twins", "app.handler"), ("twins", "app.handler")]
+    assert len({call.idempotency_key for call in engine.executor.calls}) == 2
+    (entry,) = engine.dlq()
+    assert entry["reason"] == "attempts exhausted for twins/app.handler#2" and engine.pending() == 0
+    assert engine.state(message_id) == {}
+
+
 def test_exhaustion_routes_to_the_dlq_then_acks(engine):
     engine.executor.program("second.handler", Result(ok=False, exit_code=7))
     message_id = engine.publish({"kind": "order", "event_id": "evt_9"})

@@ -69,7 +69,8 @@ def test_an_idempotency_key_is_a_digest_of_the_stream_the_entry_and_the_target()
     assert len(others) == 5 and key not in others
 
 
-def test_the_second_rule_with_the_same_handler_adds_its_place():
-    _first, _other, again = _targets(TWO_RULES)
+def test_the_second_rule_with_the_same_handler_has_a_field_and_a_key_of_its_own():
+    first, _other, again = _targets(TWO_RULES)
+    assert (keys.target_field(first), keys.target_field(again)) == ("orders/app.handler", "orders/app.handler#2")
     assert keys.idempotency_key("events", "1-0", again) == __import__("hashlib").sha256(
-        b"events\0" b"1-0\0" b"orders/app.handler\0" b"1").hexdigest()[:32]
+        b"events\0" b"1-0\0" b"orders/app.handler#2").hexdigest()[:32]

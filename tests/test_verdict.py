@@ -25,7 +25,8 @@ NOW = 1_800_000_000 * SECOND
 
 def target(function, handler, retries=2, max_event_age=None, on_expired="dead-letter"):
     return Target(SimpleNamespace(name=function), SimpleNamespace(handler=handler, retries=retries,
-                                                                  max_event_age=max_event_age, on_expired=on_expired))
+                                                                  max_event_age=max_event_age, on_expired=on_expired,
+                                                                  repeat=0))
 
 
 FIRST, SECOND_RULE, AUDIT = target("orders", "first"), target("orders", "second", retries=0), target("audit", "a")

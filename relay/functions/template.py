@@ -10,7 +10,7 @@ and a value is quoted in a message at about 100 characters at most.
 """
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from types import MappingProxyType
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
@@ -62,6 +62,7 @@ class Rule:
     retry_jitter: bool = False                    # each delay spread by ±20 %
     max_event_age: int | None = None   # ns; not run for an older entry (the function's value unless the rule's own)
     on_expired: str = DEAD_LETTER      # what happens to such an entry: dead-letter or drop
+    repeat: int = 0   # earlier rules of the template with the same handler: keeps their invocations apart
 
 
 @dataclass(frozen=True)
@@ -75,6 +76,7 @@ class Schedule:
     timezone: str = "UTC"
     timeout: int = DEFAULT_TIMEOUT  # nanoseconds
     retries: int = DEFAULT_RETRIES  # not set in templates: scheduled runs retry like a rule's default
+    repeat: int = 0   # as Rule's; an occurrence's entry runs only its own schedule, so always 0
     retry_backoff: None = None      # nor these: a schedule occurrence backs off like a rule's default, and
     retry_jitter: bool = False      # never expires
     max_event_age: None = None
@@ -129,7 +131,8 @@ def parse_template(text, source="template.yaml"):
         problems.add("runtime", f"{show(runtime)} is not supported; use one of {', '.join(RUNTIMES)}")
     concurrency = _whole_number(document, "concurrency", "", DEFAULT_CONCURRENCY, 1, problems)
     expiry = _expiry(document, "", _NO_EXPIRY, problems)
-    rules = _entries(document, "events", lambda item, path, found: _rule(item, path, found, expiry), problems)
+    rules = _numbered(_entries(document, "events", lambda item, path, found: _rule(item, path, found, expiry),
+                               problems))
     if expiry is not None:
         _needs_max_event_age(document, "", expiry[0] is not None or any(
             isinstance(item, dict) and "max_event_age" in item for item in _listed(document, "events")), problems)
@@ -146,6 +149,17 @@ def parse_template(text, source="template.yaml"):
     problems.raise_if_any(source)
     return Template(runtime=runtime, concurrency=concurrency, rules=tuple(rules), schedules=tuple(schedules),
                     env=MappingProxyType(env), secrets=MappingProxyType(secrets), network=network, warm=warm)
+
+
+def _numbered(rules):
+    """*rules* with ``repeat`` set: two rules with one handler are two invocations, each with its own state."""
+    seen: dict[str, int] = {}
+    numbered = []
+    for rule in rules:
+        repeat = seen.get(rule.handler, 0)
+        seen[rule.handler] = repeat + 1
+        numbered.append(replace(rule, repeat=repeat) if repeat else rule)
+    return numbered
 
 
 def _unknown_keys(mapping, allowed, path, problems, what):

@@ -44,8 +44,10 @@ def invocation_field(function: str, handler: str) -> str:
 
 
 def target_field(target) -> str:
-    """The field of a matched rule (a relay.functions.rules.Target) in that hash."""
-    return invocation_field(target.active.name, target.rule.handler)
+    """The field of a matched rule (a relay.functions.rules.Target) in that hash: ``<function>/<handler>``,
+    and ``#<n>`` after it for the n-th rule of the function with that handler (n ≥ 2; ``#`` is in no handler)."""
+    field = invocation_field(target.active.name, target.rule.handler)
+    return f"{field}#{target.rule.repeat + 1}" if target.rule.repeat else field
 
 
 # --- the handler context --------------------------------------------------------------
@@ -57,24 +59,11 @@ def idempotency_key(stream: str, message_id: str, target) -> str:
     The first 128 bits of a SHA-256 over the stream, the entry's id and the
     target's field, so it is the same on every attempt and every delivery,
     whichever worker runs it, and new for a redriven entry (a new id). Two
-    rules of one function with the same handler share a field; the second
-    and later of them add their place among those rules, so each rule has
-    its own key. A schedule occurrence uses its occurrence id instead.
+    rules of one function with the same handler have fields of their own,
+    so each has its own key. A schedule occurrence uses its occurrence id instead.
     """
-    parts = [stream, message_id, target_field(target)]
-    repeat = _repeat(target)
-    if repeat:
-        parts.append(str(repeat))
-    return hashlib.sha256("\0".join(parts).encode("utf-8", "surrogateescape")).hexdigest()[:32]
-
-
-def _repeat(target) -> int:
-    """How many rules of the target's function before its rule have the same handler."""
-    rules = target.active.function.template.rules
-    for index, rule in enumerate(rules):
-        if rule is target.rule:
-            return sum(1 for earlier in rules[:index] if earlier.handler == rule.handler)
-    return 0
+    return hashlib.sha256("\0".join((stream, message_id, target_field(target))).encode(
+        "utf-8", "surrogateescape")).hexdigest()[:32]
 
 
 # --- the dead-letter stream -----------------------------------------------------------
