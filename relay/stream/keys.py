@@ -77,6 +77,19 @@ def _repeat(target) -> int:
     return 0
 
 
+# --- fleet-wide limits (relay.stream.limits) ------------------------------------------
+
+
+def rate_key(stream: str, group: str, function: str) -> str:
+    """The rate limiter's state of one function: its theoretical arrival time (GCRA)."""
+    return f"relay:rate:{quote(stream, safe='')}:{quote(group, safe='')}:{function}"
+
+
+def concurrency_key(stream: str, group: str, function: str, digest: str) -> str:
+    """The lease of one concurrency key value; *digest* is the value's hash, never the value itself."""
+    return f"relay:concurrency:{quote(stream, safe='')}:{quote(group, safe='')}:{function}:{digest}"
+
+
 # --- the dead-letter stream -----------------------------------------------------------
 
 
