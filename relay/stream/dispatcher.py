@@ -3,10 +3,11 @@
 For every target (functions by name, rules in file order) the stored state
 decides: completed and exhausted invocations are skipped, one whose entry is
 older than its rule's max_event_age is expired (not run; the later ones
-still run), and an eligible one takes its concurrency slots, is claimed,
-and runs. A failure, an invocation still running elsewhere or waiting out
-its backoff, or a slot that stays busy stops the entry there, so later
-rules never run ahead of earlier ones.
+still run), and an eligible one takes its concurrency slots (and passes its
+function's fleet-wide limits, relay.stream.limits, when the template sets
+any), is claimed, and runs. A failure, an invocation still running
+elsewhere or waiting out its backoff, or a slot or limit that stays busy
+stops the entry there, so later rules never run ahead of earlier ones.
 An attempt that could not reach the Docker engine is not the handler's
 failure: its claim is undone, so it costs no attempt and the reclaimer
 brings the entry back once the engine is up. Then the entry is
