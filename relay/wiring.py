@@ -3,7 +3,8 @@
 The caller brings what differs between them (the executor, the secrets
 behind ``environment``, the image leases, the clock and the intervals, any
 observer besides Prometheus); the invocation store, the Settler, the slots,
-the buffer, the dispatcher and the consumer are always joined the same way.
+the fleet-wide limits, the buffer, the dispatcher and the consumer are
+always joined the same way.
 """
 
 from __future__ import annotations
@@ -22,11 +23,13 @@ from relay.stream.consumer import MIN_IDLE, READ_BLOCK_MS, RECLAIM_INTERVAL, Buf
 from relay.stream.dispatcher import SLOT_WAIT, Dispatcher
 from relay.stream.invocations import InvocationStore
 from relay.stream.keys import StreamAddress
+from relay.stream.limits import FleetLimits
 from relay.stream.settle import Settler
 from relay.stream.slots import Slots
 
 if TYPE_CHECKING:
     from relay.runtime.invocation import Outcome
+    from relay.stream.limits import Limit
     from relay.stream.verdict import Settlement
 
 
@@ -42,6 +45,7 @@ class Engine:
     buffer: Buffer
     dispatcher: Dispatcher
     consumer: Consumer
+    limits: seams.Limits
 
 
 def build_engine(client: redis.Redis, address: StreamAddress, *, catalog: seams.RuleSource,
@@ -49,23 +53,27 @@ def build_engine(client: redis.Redis, address: StreamAddress, *, catalog: seams.
                  metrics: Metrics, observers: Sequence[seams.Observer] = (), max_concurrency: int,
                  max_buffered_events: int, max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
                  clock: seams.Clock = time.time_ns, slot_wait: float = SLOT_WAIT, block_ms: int = READ_BLOCK_MS,
-                 reclaim_interval: float = RECLAIM_INTERVAL, min_idle: float = MIN_IDLE) -> Engine:
+                 reclaim_interval: float = RECLAIM_INTERVAL, min_idle: float = MIN_IDLE,
+                 limits: seams.Limits | None = None) -> Engine:
     """The engine for *address*; the consumer group must exist (relay.stream.group.ensure_group).
 
     Its domain events go to a PrometheusObserver on *metrics*, then to each of *observers*.
+    *limits* replaces the fleet-wide limits in Redis (tests only).
     """
     observer = _one_observer([PrometheusObserver(metrics), *observers])
     store = InvocationStore(client, address)
     settler = Settler(client, address, observer)
     slots = Slots(max_concurrency, on_wait=metrics.concurrency_waits.inc)
     buffer = Buffer(max_buffered_events, metrics.buffered_events)
+    if limits is None:
+        limits = FleetLimits(client, address)
     dispatcher = Dispatcher(stream=address.stream, store=store, settler=settler, executor=executor, slots=slots,
-                            observer=observer, environment=environment, leases=leases, clock=clock,
+                            observer=observer, environment=environment, leases=leases, limits=limits, clock=clock,
                             slot_wait=slot_wait)
     consumer = Consumer(client=client, address=address, catalog=catalog, dispatcher=dispatcher, settler=settler,
                         buffer=buffer, observer=observer, block_ms=block_ms, reclaim_interval=reclaim_interval,
                         min_idle=min_idle, max_event_bytes=max_event_bytes)
-    return Engine(address, observer, store, settler, slots, buffer, dispatcher, consumer)
+    return Engine(address, observer, store, settler, slots, buffer, dispatcher, consumer, limits)
 
 
 def _one_observer(observers: list[seams.Observer]) -> seams.Observer:
@@ -93,6 +101,10 @@ class Observers:
     def invocation_finished(self, function: str, handler: str, attempt: int, outcome: Outcome | None) -> None:
         for observer in self.observers:
             observer.invocation_finished(function, handler, attempt, outcome)
+
+    def limit_waited(self, function: str, limit: Limit, seconds: float) -> None:
+        for observer in self.observers:
+            observer.limit_waited(function, limit, seconds)
 
     def settled(self, settlement: Settlement, count: int) -> None:
         for observer in self.observers:

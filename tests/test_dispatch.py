@@ -105,7 +105,7 @@ class Engine:
     """
 
     def __init__(self, client, functions, max_concurrency=8, buffered=16, env=None, observers=(), clock=None,
-                 reclaim_interval=0.0, address=ADDRESS):
+                 reclaim_interval=0.0, address=ADDRESS, limits=None, slot_wait=0.05):
         self.client = client
         self.clock = clock or Clock()
         self.executor = ScriptedExecutor()
@@ -116,9 +116,9 @@ class Engine:
                              environment=env or (lambda fn: dict(fn.template.env)), leases=NoLeases(),
                              metrics=self.metrics, observers=observers, max_concurrency=max_concurrency,
                              max_buffered_events=buffered,
-                             clock=self.clock, slot_wait=0.05, block_ms=10, min_idle=0,
-                             reclaim_interval=reclaim_interval)
-        self.settler, self.store, self.slots = wired.settler, wired.store, wired.slots
+                             clock=self.clock, slot_wait=slot_wait, block_ms=10, min_idle=0,
+                             reclaim_interval=reclaim_interval, limits=limits)
+        self.settler, self.store, self.slots, self.limits = wired.settler, wired.store, wired.slots, wired.limits
         self.dispatcher, self.consumer = wired.dispatcher, wired.consumer
 
     def publish(self, event):

@@ -16,6 +16,8 @@ COUNTERS = {
     "function_handler_failure": ("function",), "function_retries": ("function",),
     "function_dlq_entries": ("function",), "events_expired": ("function",), "concurrency_waits": (),
     "schedule_occurrences_published": (), "schedule_occurrences_duplicate": (), "schedule_publish_failures": (),
+    "rate_limit_waits": ("function",), "rate_limit_wait_seconds": ("function",),
+    "concurrency_key_waits": ("function",), "concurrency_key_wait_seconds": ("function",),
 }
 HISTOGRAMS = {"handler_duration_seconds": ("function", "handler"), "function_build_seconds": ("function",)}
 GAUGES = {"pending_entries": (), "pending_oldest_age_seconds": (), "buffered_events": (), "in_flight_invocations": ()}

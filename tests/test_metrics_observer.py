@@ -4,6 +4,7 @@ import pytest
 
 from relay.metrics.prometheus import Metrics, PrometheusObserver
 from relay.runtime.invocation import Outcome
+from relay.stream.limits import Limit
 from relay.stream.verdict import OBSOLETE, OPEN, TRIMMED, UNMATCHED, WAITING, Cause, Settlement, Verdict
 from relay.wiring import Observers
 
@@ -115,6 +116,19 @@ def test_a_loaded_function_starts_with_its_expiries_at_zero(metrics):
     assert metrics.registry.get_sample_value("events_expired_total", {"function": "welcome"}) == 0.0
 
 
+def test_limit_waits_count_per_function_and_limit(metrics, observer):
+    observer.limit_waited("orders", Limit.RATE, 0.25)
+    observer.limit_waited("orders", Limit.RATE, 0.0)
+    observer.limit_waited("orders", Limit.KEY, 1.5)
+    observer.limit_waited("audit", Limit.KEY, 2.0)
+    assert sample(metrics, "rate_limit_waits_total", function="orders") == 2
+    assert sample(metrics, "rate_limit_wait_seconds_total", function="orders") == 0.25
+    assert sample(metrics, "concurrency_key_waits_total", function="orders") == 1
+    assert sample(metrics, "concurrency_key_wait_seconds_total", function="orders") == 1.5
+    assert sample(metrics, "concurrency_key_waits_total", function="audit") == 1
+    assert sample(metrics, "rate_limit_waits_total", function="audit") == 0
+
+
 def test_observers_pass_every_event_to_each_in_order(metrics):
     class Recorder:
         def __init__(self):
@@ -129,9 +143,10 @@ def test_observers_pass_every_event_to_each_in_order(metrics):
     both.matched("orders")
     both.invocation_started("orders", "app.h", 1)
     both.invocation_finished("orders", "app.h", 1, None)
+    both.limit_waited("orders", Limit.KEY, 0.5)
     both.settled(UNMATCHED, 1)
     both.expired("orders")
     assert [event[0] for event in recorder.events] == ["received", "matched", "invocation_started",
-                                                       "invocation_finished", "settled", "expired"]
+                                                       "invocation_finished", "limit_waited", "settled", "expired"]
     assert sample(metrics, "events_received_total") == 1 and sample(metrics, "events_processed_total") == 1
     assert sample(metrics, "events_expired_total", function="orders") == 1

@@ -19,6 +19,7 @@ from relay.view.database import (
     FunctionRecord,
     FunctionStats,
     HandlerRecord,
+    LimitWaits,
     StateDatabase,
     StateReader,
     Stats,
@@ -91,7 +92,24 @@ def test_columns_are_the_references_with_rfc3339_times_and_json_mappings(path):
             "warm_containers", "updated_at"}
         assert tuple(connection.execute("SELECT function_name, events_processed, warm_containers "
                                         "FROM function_stats").fetchone()) == ("welcome-email-node", 0, 2)
-        assert connection.execute("PRAGMA user_version").fetchone()[0] == 2
+        assert connection.execute("PRAGMA user_version").fetchone()[0] == 3
+
+
+def test_limits_and_their_waits_round_trip(path):
+    limited = FunctionRecord(name="limited", runtime="node24", status=PENDING, updated_at=T1,
+                             handlers=(HandlerRecord("handler.handler", "6s"),), rate_limit="20/s",
+                             concurrency_key="new_image.id")
+    waited = FunctionStats(Counters(3, 3, 0, 0, 0), waits=LimitWaits(4, 1.25, 2, 0.5))
+    StateDatabase(path).write([limited, READY_ONE], STATS, {"limited": waited})
+    reader = StateReader(path)
+    assert reader.function("limited") == limited and reader.function_stats("limited") == waited
+    assert (READY_ONE.rate_limit, READY_ONE.concurrency_key) == (None, None)
+    assert reader.function("user-events-python") == READY_ONE
+    with sqlite3.connect(path) as connection:
+        assert connection.execute("SELECT rate_limit, concurrency_key FROM functions ORDER BY name").fetchall() == [
+            ("20/s", "new_image.id"), (None, None)]
+        assert connection.execute("SELECT rate_limit_waits, rate_limit_wait_seconds, concurrency_key_waits, "
+                                  "concurrency_key_wait_seconds FROM function_stats").fetchall() == [(4, 1.25, 2, 0.5)]
 
 
 def test_each_write_replaces_the_whole_view(path):
@@ -148,7 +166,7 @@ def test_reading_a_database_of_another_schema_version_says_so(path):
     reader = StateReader(path)
     for read in (reader.functions, lambda: reader.function("old"), lambda: reader.function_stats("old"),
                  reader.stats):
-        with pytest.raises(StateError, match=r"has schema version 1 and this Relay reads version 2; "
+        with pytest.raises(StateError, match=r"has schema version 1 and this Relay reads version 3; "
                                              r"it is rebuilt when this version of Relay starts"):
             read()
     assert reader.function_names() == {"old"}, "the names survive an upgrade, for the startup image GC"

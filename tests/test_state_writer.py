@@ -13,7 +13,8 @@ import pytest
 from relay.errors import StateError
 from relay.functions import Function, parse_template
 from relay.live.status import FunctionStatus, Outcome
-from relay.metrics.prometheus import Metrics
+from relay.metrics.prometheus import Metrics, PrometheusObserver
+from relay.stream.limits import Limit
 from relay.view.database import (
     FAILED,
     PENDING,
@@ -23,6 +24,7 @@ from relay.view.database import (
     FunctionRecord,
     FunctionStats,
     HandlerRecord,
+    LimitWaits,
     StateDatabase,
     StateReader,
     WarmRecord,
@@ -88,6 +90,28 @@ def test_a_warm_function_s_row_has_its_settings_with_idle_as_a_go_duration():
     record = function_record(FunctionStatus(warm, ready=False, updated_at=T0))
     assert record.warm == WarmRecord(containers=3, max_invocations=1000, idle="1m30s", prestart=False)
     assert RECORD.warm is None, "no warm: in the template, no settings"
+
+
+def test_a_limited_function_s_row_has_its_limits_as_written():
+    template = parse_template(TEMPLATE + "rate_limit: 020/m\nconcurrency_key: new_image.id\n")
+    limited = Function(name="fn", directory=Path("/functions/fn"), template=template, fingerprint="f" * 64)
+    record = function_record(FunctionStatus(limited, ready=False, updated_at=T0))
+    assert (record.rate_limit, record.concurrency_key) == ("20/m", "new_image.id")
+    assert (RECORD.rate_limit, RECORD.concurrency_key) == (None, None)
+
+
+def test_the_snapshot_has_the_limit_waits_of_each_function():
+    metrics = busy_metrics()
+    observer = PrometheusObserver(metrics)
+    observer.limit_waited("a", Limit.RATE, 1.5)
+    observer.limit_waited("a", Limit.RATE, 0.25)
+    observer.limit_waited("keyed", Limit.KEY, 2.0)              # a function with no other counter yet
+    _stats, per_function = stats_snapshot(metrics, T0)
+    assert per_function["a"] == FunctionStats(Counters(4, 3, 0, 0, 0), warm_containers=2,
+                                              waits=LimitWaits(rate_limit_waits=2, rate_limit_wait_seconds=1.75))
+    assert per_function["keyed"] == FunctionStats(waits=LimitWaits(concurrency_key_waits=1,
+                                                                   concurrency_key_wait_seconds=2.0))
+    assert per_function["b"].waits == LimitWaits()
 
 
 def test_a_ready_function_s_row_has_its_image_fingerprint_and_last_reconcile():

@@ -21,6 +21,7 @@ from relay.view.database import (
     FunctionRecord,
     FunctionStats,
     HandlerRecord,
+    LimitWaits,
     StateDatabase,
     Stats,
     WarmRecord,
@@ -267,6 +268,35 @@ def test_inspect_a_cold_function_has_no_warm_section():
     assert "Warm" not in render_function(USER_EVENTS, FunctionStats(STATS, warm_containers=3), NOW)
 
 
+def test_inspect_a_limited_function_shows_its_limits_and_this_worker_s_waits():
+    limited = replace(WELCOME, rate_limit="20/s", concurrency_key="new_image.id",
+                      warm=WarmRecord(containers=1, max_invocations=1000, idle="10m0s", prestart=False))
+    waits = LimitWaits(rate_limit_waits=12, rate_limit_wait_seconds=3.41, concurrency_key_waits=3,
+                       concurrency_key_wait_seconds=0.9)
+    text = render_function(limited, FunctionStats(STATS, warm_containers=1, waits=waits), NOW)
+    assert """
+Warm:
+  containers:          1 per worker (running now: 1)
+  max_invocations:     1000
+  idle:                10m0s
+  prestart:            false
+
+Limits:
+  rate_limit:          20/s (waits: 12, 3.4s in all)
+  concurrency_key:     new_image.id (waits: 3, 0.9s in all)
+
+Stats:
+""" in text
+    only_key = render_function(replace(WELCOME, concurrency_key="id"), FunctionStats(), NOW)
+    assert "\nLimits:\n  concurrency_key:     id (waits: 0, 0.0s in all)\n\nStats:\n" in only_key
+    only_rate = render_function(replace(WELCOME, rate_limit="5/h"), FunctionStats(), NOW)
+    assert "\nLimits:\n  rate_limit:          5/h (waits: 0, 0.0s in all)\n\nStats:\n" in only_rate
+
+
+def test_inspect_a_function_without_limits_has_no_limits_section():
+    assert "Limits" not in render_function(USER_EVENTS, FunctionStats(STATS, waits=LimitWaits(1, 1.0, 1, 1.0)), NOW)
+
+
 def test_a_cron_without_a_description_is_shown_raw(monkeypatch):
     monkeypatch.setattr(report, "describe_cron", lambda expression: None)
     record = FunctionRecord(name="jobs", runtime="node24", status=PENDING, updated_at=NOW,
@@ -452,9 +482,18 @@ def test_json_forms_have_the_documented_shape(tmp_path, capsys):
     assert inspected["warm"] == {"containers": 2, "max_invocations": 1000, "idle": "10m0s", "prestart": True,
                                  "running": 2}
     assert inspected["events"] == [{"handler": "handler.handler", "timeout": "6s"}]
+    assert inspected["rate_limit"] is None and inspected["concurrency_key"] is None
     assert set(inspected) == {"name", "runtime", "status", "image", "fingerprint", "prepared_at",
                               "last_reconcile_at", "last_reconcile_status", "last_error", "env", "secrets",
-                              "events", "schedules", "warm", "counters"}
+                              "events", "schedules", "warm", "rate_limit", "concurrency_key", "counters"}
+    StateDatabase(path).write([replace(WELCOME, rate_limit="20/s", concurrency_key="new_image.id")],
+                              Stats(STATS, updated_at=NOW),
+                              {"welcome-email-node": FunctionStats(waits=LimitWaits(12, 3.5, 3, 0.25))})
+    assert function_command.run({"ls": False, "<name>": "welcome-email-node", "--json": True}, path) == 0
+    limited = json.loads(capsys.readouterr().out)
+    assert limited["rate_limit"] == {"rate": "20/s", "waits": 12, "wait_seconds": 3.5}
+    assert limited["concurrency_key"] == {"field": "new_image.id", "waits": 3, "wait_seconds": 0.25}
+    write_database(path, Stats(STATS, 1, 2.0, datetime(2026, 9, 8, 12, 0, 0, tzinfo=UTC)))
     assert stats_command.run({"--json": True}, path) == 0
     assert json.loads(capsys.readouterr().out) == {
         "events_processed": 12493, "handler_successes": 12470, "handler_failures": 23, "retries": 17,

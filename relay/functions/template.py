@@ -37,13 +37,16 @@ MAX_RETRY_BACKOFF = 1 * HOUR   # each retry_backoff value; relay.stream.markers.
 DEAD_LETTER, DROP = "dead-letter", "drop"
 ON_EXPIRED = (DEAD_LETTER, DROP)
 _NO_EXPIRY = (None, DEAD_LETTER)   # no max_event_age; on_expired's default
+RATE_UNITS = {"s": SECOND, "m": MINUTE, "h": HOUR}
+MAX_RATE = 1_000_000  # invocations per period; keeps the limiter's arithmetic exact (relay.stream.limits)
 
 _TOP_KEYS = ("runtime", "concurrency", "events", "schedules", "env", "secrets", "network", "warm", "max_event_age",
-             "on_expired")
+             "on_expired", "rate_limit", "concurrency_key")
 _WARM_KEYS = ("containers", "max_invocations", "idle", "prestart")
 _RULE_KEYS = ("handler", "pattern", "timeout", "retries", "retry_backoff", "retry_jitter", "max_event_age",
               "on_expired")
 _SCHEDULE_KEYS = ("handler", "cron", "timezone", "timeout")
+_RATE = re.compile(r"([0-9]{1,9})/([smh])", re.ASCII)
 _HANDLER = re.compile(r"((?:[A-Za-z0-9_][A-Za-z0-9_-]*\.)*[A-Za-z0-9_][A-Za-z0-9_-]*)\.([A-Za-z_$][A-Za-z0-9_$]*)",
                       re.ASCII)
 
@@ -98,6 +101,41 @@ class Warm:
     prestart: bool = False
 
 
+@dataclass(frozen=True)
+class RateLimit:
+    """The template's ``rate_limit: <count>/<unit>``: at most *count* invocations of the
+    function start per second, minute or hour (*unit* s, m or h) across the consumer group."""
+
+    count: int
+    unit: str
+
+    @property
+    def period(self):
+        """The period in nanoseconds."""
+        return RATE_UNITS[self.unit]
+
+    def __str__(self):
+        return f"{self.count}/{self.unit}"
+
+
+@dataclass(frozen=True)
+class ConcurrencyKey:
+    """The template's ``concurrency_key: new_image.id``: one invocation per value of that
+    field of the event runs at a time across the consumer group."""
+
+    path: str
+    fields: tuple
+
+    def value(self, event):
+        """The field's value in *event* when it is a string, number or boolean; else None (run unkeyed)."""
+        value = event
+        for name in self.fields:
+            if type(value) is not dict:
+                return None
+            value = value.get(name)
+        return value if type(value) in (str, int, float, bool) else None
+
+
 @dataclass(frozen=True, eq=False)
 class Template:
     runtime: str
@@ -108,6 +146,8 @@ class Template:
     secrets: MappingProxyType
     network: str | None = None  # None: the engine's default network
     warm: Warm | None = None    # None: one throw-away container per invocation
+    rate_limit: RateLimit | None = None             # None: no fleet-wide rate limit
+    concurrency_key: ConcurrencyKey | None = None   # None: events of one entity may run in parallel
 
     @property
     def running_limit(self):
@@ -146,9 +186,12 @@ def parse_template(text, source="template.yaml"):
         problems.add("network", f"{show(network)} is not supported; use {', '.join(NETWORKS)}, or leave network "
                                 f"out for the engine's default network")
     warm = _warm(document, concurrency, problems)
+    rate_limit = _rate_limit(document, problems)
+    concurrency_key = _concurrency_key(document, problems)
     problems.raise_if_any(source)
     return Template(runtime=runtime, concurrency=concurrency, rules=tuple(rules), schedules=tuple(schedules),
-                    env=MappingProxyType(env), secrets=MappingProxyType(secrets), network=network, warm=warm)
+                    env=MappingProxyType(env), secrets=MappingProxyType(secrets), network=network, warm=warm,
+                    rate_limit=rate_limit, concurrency_key=concurrency_key)
 
 
 def _numbered(rules):
@@ -335,6 +378,35 @@ def _warm(document, concurrency, problems):
     if None in (containers, max_invocations, idle, prestart):
         return None
     return Warm(containers=containers, max_invocations=max_invocations, idle=idle, prestart=prestart)
+
+
+def _rate_limit(document, problems):
+    """``rate_limit: 20/s`` (or /m, /h) as a RateLimit, or None when absent or invalid."""
+    if "rate_limit" not in document:
+        return None
+    value = document["rate_limit"]
+    found = _RATE.fullmatch(value) if isinstance(value, str) else None
+    if found is None:
+        problems.add("rate_limit", f"{show(value)} is not a rate; use <n>/s, <n>/m or <n>/h")
+        return None
+    count = int(found.group(1))
+    if not 1 <= count <= MAX_RATE:
+        problems.add("rate_limit", f"{show(value)} must allow 1 to {MAX_RATE} invocations per period, e.g. 20/s")
+        return None
+    return RateLimit(count=count, unit=found.group(2))
+
+
+def _concurrency_key(document, problems):
+    """``concurrency_key: new_image.id`` as a ConcurrencyKey, or None when absent or invalid."""
+    if "concurrency_key" not in document:
+        return None
+    value = document["concurrency_key"]
+    fields = tuple(value.split(".")) if isinstance(value, str) else ("",)
+    if not all(fields):
+        problems.add("concurrency_key", f"{show(value)} is not a field path; name a field of the event, with dots "
+                                        f"between levels, e.g. new_image.id")
+        return None
+    return ConcurrencyKey(path=value, fields=fields)
 
 
 def _whole_number(mapping, key, path, default, minimum, problems):

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics
 
+from relay.stream.limits import Limit
 from relay.stream.verdict import Settlement, Verdict
 
 if TYPE_CHECKING:
@@ -58,6 +59,18 @@ class Metrics:
                                       ("function",))
         self.concurrency_waits = counter("concurrency_waits", "Invocations whose concurrency slot was not free "
                                                               "at once.")
+        self.rate_limit_waits = counter("rate_limit_waits", "Invocations of the function its rate_limit held "
+                                                            "back, whether they then ran or were left pending.",
+                                        ("function",))
+        self.rate_limit_wait_seconds = counter("rate_limit_wait_seconds", "Time invocations of the function "
+                                                                          "waited for its rate_limit.", ("function",))
+        self.concurrency_key_waits = counter("concurrency_key_waits", "Invocations of the function whose "
+                                                                      "concurrency_key was held by another, whether "
+                                                                      "they then ran or were left pending.",
+                                             ("function",))
+        self.concurrency_key_wait_seconds = counter("concurrency_key_wait_seconds", "Time invocations of the "
+                                                                                    "function waited for their "
+                                                                                    "concurrency_key.", ("function",))
         self.schedule_published = counter("schedule_occurrences_published", "Schedule occurrences this worker "
                                                                              "published.")
         self.schedule_duplicates = counter("schedule_occurrences_duplicate", "Schedule occurrences another "
@@ -121,6 +134,15 @@ class PrometheusObserver:
             metrics.handler_failure.inc()
             metrics.function_failure.labels(function).inc()
             metrics.handler_invocations.labels("timeout" if outcome.timed_out else "failure", function, handler).inc()
+
+    def limit_waited(self, function: str, limit: Limit, seconds: float) -> None:
+        metrics = self.metrics
+        if limit is Limit.RATE:
+            metrics.rate_limit_waits.labels(function).inc()
+            metrics.rate_limit_wait_seconds.labels(function).inc(seconds)
+        else:
+            metrics.concurrency_key_waits.labels(function).inc()
+            metrics.concurrency_key_wait_seconds.labels(function).inc(seconds)
 
     def settled(self, settlement: Settlement, count: int) -> None:
         metrics = self.metrics

@@ -3,10 +3,11 @@
 For every target (functions by name, rules in file order) the stored state
 decides: completed and exhausted invocations are skipped, one whose entry is
 older than its rule's max_event_age is expired (not run; the later ones
-still run), and an eligible one takes its concurrency slots, is claimed,
-and runs. A failure, an invocation still running elsewhere or waiting out
-its backoff, or a slot that stays busy stops the entry there, so later
-rules never run ahead of earlier ones.
+still run), and an eligible one takes its concurrency slots (and passes its
+function's fleet-wide limits, relay.stream.limits, when the template sets
+any), is claimed, and runs. A failure, an invocation still running
+elsewhere or waiting out its backoff, or a slot or limit that stays busy
+stops the entry there, so later rules never run ahead of earlier ones.
 An attempt that could not reach the Docker engine is not the handler's
 failure: its claim is undone, so it costs no attempt and the reclaimer
 brings the entry back once the engine is up. Then the entry is
@@ -27,15 +28,18 @@ from __future__ import annotations
 import logging
 import random
 import time
-from contextlib import ExitStack
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from enum import Enum
+
+import gevent
 
 from relay.durations import format_duration
 from relay.errors import RelayError
 from relay.runtime.invocation import Invocation, Outcome
 from relay.stream import markers, seams
 from relay.stream.keys import idempotency_key, target_field
+from relay.stream.limits import Blocked, Limit
 from relay.stream.markers import Action, decide
 from relay.stream.plans import Plan
 from relay.stream.settle import takes_prelude
@@ -43,13 +47,13 @@ from relay.stream.verdict import COMPLETE, Status, TargetOutcome, Verdict, decid
 
 log = logging.getLogger("relay.stream.dispatcher")
 
-SLOT_WAIT = 15.0  # seconds; well under the reclaimer's 1m idle time
+SLOT_WAIT = 15.0  # seconds; well under the reclaimer's 1m idle time; a wait for a rate permit or a key too
 
 
 class NotRun(Enum):
     """Why an eligible invocation did not run on this delivery; it costs no attempt."""
 
-    NO_SLOT = "no slot"                       # the slots stayed busy: stop here, leave the entry pending
+    NO_SLOT = "no slot"                       # the slots, the rate or the key stayed busy: stop, leave pending
     CLAIMED_ELSEWHERE = "claimed elsewhere"   # another worker started this attempt first: go on
 
 
@@ -66,8 +70,8 @@ class RetryDue:
 class Dispatcher:
     def __init__(self, *, stream: str, store: seams.InvocationStore, settler: seams.Settler,
                  executor: seams.Executor, slots: seams.Slots, observer: seams.Observer,
-                 environment: seams.Environment, leases: seams.Leases, clock: seams.Clock = time.time_ns,
-                 slot_wait: float = SLOT_WAIT) -> None:
+                 environment: seams.Environment, leases: seams.Leases, limits: seams.Limits,
+                 clock: seams.Clock = time.time_ns, slot_wait: float = SLOT_WAIT) -> None:
         self.stream = stream      # names the invocations' idempotency keys
         self.store = store
         self.settler = settler
@@ -76,6 +80,7 @@ class Dispatcher:
         self.observer = observer
         self.environment = environment
         self.leases = leases
+        self.limits = limits
         self.clock = clock
         self.slot_wait = slot_wait
 
@@ -163,9 +168,14 @@ class Dispatcher:
     def _run(self, plan, target, raw, attempt):
         """Run one attempt: its TargetOutcome, or why it did not run (NotRun)."""
         active, rule = target.active, target.rule
-        with self.slots.hold(active.name, active.function.template.running_limit, self.slot_wait) as held:
-            if not held:
-                log.info("No concurrency slot free; entry left pending", extra=_attrs(plan, target))
+        template = active.function.template
+        if template.rate_limit is None and template.concurrency_key is None:
+            hold = self.slots.hold(active.name, template.running_limit, self.slot_wait)
+        else:
+            hold = self._hold_limited(plan, target)
+        with hold as held:
+            if held is not True:
+                log.info(_LEFT_PENDING[held], extra=_attrs(plan, target))
                 return NotRun.NO_SLOT
             started = self.clock()
             if not self.store.try_start(plan.message_id, target_field(target), raw, started + rule.timeout, attempt):
@@ -179,6 +189,48 @@ class Dispatcher:
                         extra=_attrs(plan, target, attempt=attempt, error=outcome.error))
             return TargetOutcome(Status.OPEN, attempt)
         return self._record(plan, target, attempt, outcome)
+
+    @contextmanager
+    def _hold_limited(self, plan, target):
+        """The slots and the function's fleet-wide limits together: yields True holding them all,
+        else what stayed busy until the slot wait ran out (False: the slots; or a Limit).
+
+        The rate permit and the key's lease are asked for only while the slots
+        are held, so an admitted invocation starts right after its permit and
+        starts are never bunched by a later wait for a slot. While a limit
+        refuses, the slots are given back: a function waiting for its rate or
+        its key never keeps a slot from the others. A refusal whose wait would
+        end past the slot wait gives up at once.
+        """
+        active, template = target.active, target.active.function.template
+        deadline = time.monotonic() + self.slot_wait
+        waited: dict[Limit, float] = {}
+        while True:
+            with self.slots.hold(active.name, template.running_limit, max(0.0, deadline - time.monotonic())) as held:
+                if not held:
+                    self._waited(active.name, waited)
+                    yield False
+                    return
+                passage = self.limits.enter(active.name, template, plan.event, target.rule.timeout)
+                if not isinstance(passage, Blocked):
+                    self._waited(active.name, waited)
+                    try:
+                        yield True
+                    finally:
+                        self.limits.leave(passage)
+                    return
+            paused = time.monotonic()
+            waited.setdefault(passage.limit, 0.0)
+            if paused + passage.retry_in > deadline:
+                self._waited(active.name, waited)
+                yield passage.limit
+                return
+            gevent.sleep(passage.retry_in)
+            waited[passage.limit] += time.monotonic() - paused
+
+    def _waited(self, function, waited):
+        for limit, seconds in waited.items():
+            self.observer.limit_waited(function, limit, seconds)
 
     def _execute(self, plan, target, attempt):
         """The attempt's Outcome, between the invocation_started and invocation_finished events."""
@@ -230,6 +282,11 @@ class Dispatcher:
 def _backing_off(marker, now):
     """The RetryDue of an invocation found waiting out its backoff, else None (it is running)."""
     return RetryDue((marker.deadline - now) / 1e9, after_failure=False) if marker.kind == markers.WAITING else None
+
+
+_LEFT_PENDING = {False: "No concurrency slot free; entry left pending",
+                 Limit.RATE: "Rate limit reached; entry left pending",
+                 Limit.KEY: "Concurrency key held by another invocation; entry left pending"}
 
 
 def _attrs(plan, target, **more):

@@ -66,6 +66,19 @@ def idempotency_key(stream: str, message_id: str, target) -> str:
         "utf-8", "surrogateescape")).hexdigest()[:32]
 
 
+# --- fleet-wide limits (relay.stream.limits) ------------------------------------------
+
+
+def rate_key(stream: str, group: str, function: str) -> str:
+    """The rate limiter's state of one function: its theoretical arrival time (GCRA)."""
+    return f"relay:rate:{quote(stream, safe='')}:{quote(group, safe='')}:{function}"
+
+
+def concurrency_key(stream: str, group: str, function: str, digest: str) -> str:
+    """The lease of one concurrency key value; *digest* is the value's hash, never the value itself."""
+    return f"relay:concurrency:{quote(stream, safe='')}:{quote(group, safe='')}:{function}:{digest}"
+
+
 # --- the dead-letter stream -----------------------------------------------------------
 
 

@@ -20,8 +20,10 @@ if TYPE_CHECKING:
 
     from relay.functions import Function
     from relay.functions.rules import Rules
+    from relay.functions.template import Template
     from relay.runtime.invocation import Invocation, Outcome
     from relay.stream.dispatcher import RetryDue
+    from relay.stream.limits import Blocked, Limit, Passage
     from relay.stream.plans import Plan
     from relay.stream.settle import EntryIds, Prelude
     from relay.stream.verdict import Settlement
@@ -76,6 +78,20 @@ class Slots(Protocol):
     def hold(self, name: str, concurrency: int, timeout: float) -> AbstractContextManager[bool]: ...
 
 
+class Limits(Protocol):
+    """A function's fleet-wide limits (its template's rate_limit and concurrency_key), shared in Redis.
+
+    ``enter`` never waits: it takes what the template asks for and returns a
+    Passage, to ``leave`` when the invocation ends, or Blocked with the seconds
+    after which to ask again. It fails open: when Redis cannot answer, the
+    invocation passes. Only functions with a limit are asked.
+    """
+
+    def enter(self, function: str, template: Template, event: dict | None, timeout: int) -> Passage | Blocked: ...
+
+    def leave(self, passage: Passage) -> None: ...
+
+
 class Leases(Protocol):
     """Keeps an image from garbage collection while the ``with`` block runs."""
 
@@ -118,6 +134,11 @@ class Observer(Protocol):
 
     def invocation_finished(self, function: str, handler: str, attempt: int, outcome: Outcome | None) -> None:
         """The attempt's outcome; None when running it raised. Follows every invocation_started."""
+
+    def limit_waited(self, function: str, limit: Limit, seconds: float) -> None:
+        """*limit* (the rate or the concurrency key) refused an invocation of *function* at least once;
+        it waited *seconds* in all (0 when it gave up at once), whether it then ran or was left pending.
+        Once per invocation and limit, before it runs."""
 
     def settled(self, settlement: Settlement, count: int) -> None:
         """*count* entries were settled as *settlement* says: Redis acknowledged or dead-lettered them

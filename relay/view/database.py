@@ -6,10 +6,10 @@ counters. Relay rewrites the whole view whenever it changes (a few rows per
 function, one short transaction), so a database that was deleted, emptied or
 left from another schema is simply rebuilt on the next write.
 
-    functions       one row per loaded function (ready or pending), with its warm settings
+    functions       one row per loaded function (ready or pending), with its warm settings and limits
     handlers        its event rules and schedules, in template order
     stats           one row: the global counters and backlog gauges
-    function_stats  one row per function that has counters or warm containers
+    function_stats  one row per function that has counters, warm containers or limit waits
 
 Only the standard library is imported here: ``relay function`` and ``relay
 stats`` read through this module and must start fast.
@@ -27,7 +27,7 @@ from relay.config import STATE_DIR
 from relay.errors import StateError, reason
 
 DB_PATH = Path(STATE_DIR) / "db.sqlite3"
-SCHEMA_VERSION = 2  # 2: functions.warm, function_stats.warm_containers
+SCHEMA_VERSION = 3  # 2: functions.warm, function_stats.warm_containers; 3: the limits and their waits
 BUSY_TIMEOUT = 2.0  # seconds a reader or the writer waits for the other's lock
 MAX_ERROR_LENGTH = 4000
 
@@ -50,7 +50,9 @@ CREATE TABLE IF NOT EXISTS functions (
     updated_at            TEXT NOT NULL,
     env                   TEXT NOT NULL DEFAULT '{}',
     secrets               TEXT NOT NULL DEFAULT '{}',
-    warm                  TEXT
+    warm                  TEXT,
+    rate_limit            TEXT,
+    concurrency_key       TEXT
 );
 CREATE TABLE IF NOT EXISTS handlers (
     function_name TEXT NOT NULL REFERENCES functions (name) ON DELETE CASCADE,
@@ -74,14 +76,18 @@ CREATE TABLE IF NOT EXISTS stats (
     updated_at                 TEXT NOT NULL
 );
 CREATE TABLE IF NOT EXISTS function_stats (
-    function_name     TEXT PRIMARY KEY,
-    events_processed  INTEGER NOT NULL,
-    handler_successes INTEGER NOT NULL,
-    handler_failures  INTEGER NOT NULL,
-    retries           INTEGER NOT NULL,
-    dlq_entries       INTEGER NOT NULL,
-    warm_containers   INTEGER NOT NULL DEFAULT 0,
-    updated_at        TEXT NOT NULL
+    function_name                TEXT PRIMARY KEY,
+    events_processed             INTEGER NOT NULL,
+    handler_successes            INTEGER NOT NULL,
+    handler_failures             INTEGER NOT NULL,
+    retries                      INTEGER NOT NULL,
+    dlq_entries                  INTEGER NOT NULL,
+    warm_containers              INTEGER NOT NULL DEFAULT 0,
+    rate_limit_waits             INTEGER NOT NULL DEFAULT 0,
+    rate_limit_wait_seconds      REAL NOT NULL DEFAULT 0,
+    concurrency_key_waits        INTEGER NOT NULL DEFAULT 0,
+    concurrency_key_wait_seconds REAL NOT NULL DEFAULT 0,
+    updated_at                   TEXT NOT NULL
 );
 """
 
@@ -126,6 +132,8 @@ class FunctionRecord:
     secrets: dict = field(default_factory=dict)   # variable -> secret name, never a value
     handlers: tuple = ()
     warm: WarmRecord | None = None  # None: a new container per invocation
+    rate_limit: str | None = None       # the template's rate_limit as written ("20/s"), or None
+    concurrency_key: str | None = None  # the template's concurrency_key ("new_image.id"), or None
 
     @property
     def events(self):
@@ -146,11 +154,23 @@ class Counters:
 
 
 @dataclass(frozen=True)
+class LimitWaits:
+    """Invocations of one function that its rate_limit or concurrency_key held back, and the time they waited."""
+
+    rate_limit_waits: int = 0
+    rate_limit_wait_seconds: float = 0.0
+    concurrency_key_waits: int = 0
+    concurrency_key_wait_seconds: float = 0.0
+
+
+@dataclass(frozen=True)
 class FunctionStats:
-    """One function's latest snapshot: its counters, and the warm containers this worker had then."""
+    """One function's latest snapshot: its counters, the warm containers this worker had then,
+    and its waits for its limits."""
 
     counters: Counters = Counters()
     warm_containers: int = 0
+    waits: LimitWaits = LimitWaits()
 
 
 @dataclass(frozen=True)
@@ -164,6 +184,8 @@ class Stats:
 
 
 _COUNTER_COLUMNS = ("events_processed", "handler_successes", "handler_failures", "retries", "dlq_entries")
+_WAIT_COLUMNS = ("rate_limit_waits", "rate_limit_wait_seconds", "concurrency_key_waits",
+                 "concurrency_key_wait_seconds")
 
 
 # --- timestamps ---------------------------------------------------------------------
@@ -291,12 +313,13 @@ def _write_functions(connection, records):
     connection.execute("DELETE FROM functions")
     connection.executemany(
         "INSERT INTO functions (name, runtime, status, image, fingerprint, prepared_at, last_reconcile_at, "
-        "last_reconcile_status, last_error, updated_at, env, secrets, warm) "
-        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        "last_reconcile_status, last_error, updated_at, env, secrets, warm, rate_limit, concurrency_key) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
         [(record.name, record.runtime, record.status, record.image, record.fingerprint,
           rfc3339(record.prepared_at), rfc3339(record.last_reconcile_at), record.last_reconcile_status,
           _bounded(record.last_error), rfc3339(record.updated_at), json.dumps(dict(record.env)),
-          json.dumps(dict(record.secrets)), _warm_json(record.warm)) for record in records])
+          json.dumps(dict(record.secrets)), _warm_json(record.warm), record.rate_limit, record.concurrency_key)
+         for record in records])
     rows = []
     for record in records:
         for kind in (EVENT, SCHEDULE):
@@ -316,9 +339,10 @@ def _write_stats(connection, stats, function_stats):
         (*_counter_values(counters), stats.pending_entries, stats.oldest_pending_age_seconds, stamp))
     connection.execute("DELETE FROM function_stats")
     connection.executemany(
-        f"INSERT INTO function_stats (function_name, {', '.join(_COUNTER_COLUMNS)}, warm_containers, updated_at) "
-        "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-        [(name, *_counter_values(values.counters), values.warm_containers, stamp)
+        f"INSERT INTO function_stats (function_name, {', '.join(_COUNTER_COLUMNS)}, warm_containers, "
+        f"{', '.join(_WAIT_COLUMNS)}, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        [(name, *_counter_values(values.counters), values.warm_containers,
+          *(getattr(values.waits, column) for column in _WAIT_COLUMNS), stamp)
          for name, values in sorted(function_stats.items())])
 
 
@@ -386,7 +410,8 @@ class StateReader:
         if row is None:
             return FunctionStats()
         return FunctionStats(counters=Counters(*(row[column] for column in _COUNTER_COLUMNS)),
-                             warm_containers=row["warm_containers"])
+                             warm_containers=row["warm_containers"],
+                             waits=LimitWaits(*(row[column] for column in _WAIT_COLUMNS)))
 
     def stats(self):
         with self._connect() as connection:
@@ -493,4 +518,5 @@ def _function(row, handlers):
         last_reconcile_at=parse_time(row["last_reconcile_at"]), last_reconcile_status=row["last_reconcile_status"],
         last_error=row["last_error"], updated_at=parse_time(row["updated_at"]), env=json.loads(row["env"]),
         secrets=json.loads(row["secrets"]), handlers=handlers,
-        warm=None if row["warm"] is None else WarmRecord(**json.loads(row["warm"])))
+        warm=None if row["warm"] is None else WarmRecord(**json.loads(row["warm"])),
+        rate_limit=row["rate_limit"], concurrency_key=row["concurrency_key"])

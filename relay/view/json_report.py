@@ -24,6 +24,12 @@ def function(record, stats):
         "schedules": [{"handler": item.handler, "timeout": item.timeout, "cron": item.cron,
                        "timezone": item.timezone} for item in record.schedules],
         "warm": None if record.warm is None else {**asdict(record.warm), "running": stats.warm_containers},
+        "rate_limit": None if record.rate_limit is None else {
+            "rate": record.rate_limit, "waits": stats.waits.rate_limit_waits,
+            "wait_seconds": stats.waits.rate_limit_wait_seconds},
+        "concurrency_key": None if record.concurrency_key is None else {
+            "field": record.concurrency_key, "waits": stats.waits.concurrency_key_waits,
+            "wait_seconds": stats.waits.concurrency_key_wait_seconds},
         "counters": asdict(stats.counters)})
 
 

@@ -86,7 +86,13 @@ def render_function(record, stats, now):
         first, *rest = record.last_error.splitlines() or [""]
         lines.append(_field("Last error:", first))
         lines += [" " * LABEL_WIDTH + line for line in rest]
+    for title, items in _sections(record, stats):
+        lines += ["", title, *(f"  {item}".rstrip() for item in items)]
+    return "".join(line + "\n" for line in lines)
 
+
+def _sections(record, stats):
+    """inspect's sections after the header, as (title, lines); a section with nothing to show is left out."""
     sections = []
     if record.events:
         width = max(_EVENT_WIDTH, *(len(item.handler) + 3 for item in record.events))
@@ -96,15 +102,15 @@ def render_function(record, stats, now):
         sections.append(("Schedules:", [f"{item.handler:<{width}}{_schedule(item)}" for item in record.schedules]))
     if record.warm:
         sections.append(("Warm:", _warm(record.warm, stats.warm_containers)))
+    if record.rate_limit or record.concurrency_key:
+        sections.append(("Limits:", _limits(record, stats.waits)))
     sections.append(("Stats:", [f"{label:<{STATS_LABEL_WIDTH}}{getattr(stats.counters, column)}"
                                 for label, column in _COUNTER_LABELS]))
     if record.env:
         sections.append(("Environment:", [f"{key}={value}" for key, value in record.env.items()]))
     if record.secrets:
         sections.append(("Secrets:", [f"{key}={reference}" for key, reference in record.secrets.items()]))
-    for title, items in sections:
-        lines += ["", title, *(f"  {item}".rstrip() for item in items)]
-    return "".join(line + "\n" for line in lines)
+    return sections
 
 
 def render_stats(stats, now):
@@ -147,6 +153,18 @@ def _warm(warm, running):
               ("max_invocations:", warm.max_invocations), ("idle:", warm.idle),
               ("prestart:", "true" if warm.prestart else "false"))
     return [f"{label:<{STATS_LABEL_WIDTH}}{value}" for label, value in values]
+
+
+def _limits(record, waits):
+    """The Limits section's lines: each limit the template sets, with this worker's waits for it."""
+    values = []
+    if record.rate_limit:
+        values.append(("rate_limit:", record.rate_limit, waits.rate_limit_waits, waits.rate_limit_wait_seconds))
+    if record.concurrency_key:
+        values.append(("concurrency_key:", record.concurrency_key, waits.concurrency_key_waits,
+                       waits.concurrency_key_wait_seconds))
+    return [f"{label:<{STATS_LABEL_WIDTH}}{value} (waits: {count}, {seconds:.1f}s in all)"
+            for label, value, count, seconds in values]
 
 
 def _schedule(item):

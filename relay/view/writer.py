@@ -4,8 +4,8 @@ The reconciler hands over the status of every function whenever one
 changes (``functions_changed``, which turns them into rows with
 ``function_record``, stores them and wakes the loop);
 the loop writes it, and every 5 s it writes the absolute snapshot of the
-counters (and of the warm_containers gauge) read from the Prometheus
-registry, the single source of them.
+counters (and of the warm_containers gauge and the limit waits) read from
+the Prometheus registry, the single source of them.
 On a graceful shutdown ``final_flush`` writes both once more, bounded in
 time; a hard crash loses at most one interval of counters.
 
@@ -37,6 +37,7 @@ from relay.view.database import (
     FunctionRecord,
     FunctionStats,
     HandlerRecord,
+    LimitWaits,
     StateReader,
     Stats,
     WarmRecord,
@@ -54,6 +55,8 @@ _GLOBAL = (("events_processed", "events_processed"), ("handler_success", "handle
 _PER_FUNCTION = (("function_events", "events_processed"), ("function_success", "handler_successes"),
                  ("function_failure", "handler_failures"), ("function_retries", "retries"),
                  ("function_dlq_entries", "dlq_entries"))
+# Prometheus counter attributes, named as the LimitWaits fields they fill.
+_WAITS = ("rate_limit_waits", "rate_limit_wait_seconds", "concurrency_key_waits", "concurrency_key_wait_seconds")
 
 
 class StateWriter:
@@ -146,7 +149,9 @@ def function_record(status):
         fingerprint=function.fingerprint if status.ready else None, prepared_at=status.prepared_at,
         last_reconcile_at=status.last_reconcile_at, last_reconcile_status=_OUTCOMES[status.last_outcome],
         last_error=status.last_error, env=dict(template.env), secrets=dict(template.secrets), handlers=handlers,
-        warm=_warm_record(template.warm))
+        warm=_warm_record(template.warm),
+        rate_limit=None if template.rate_limit is None else str(template.rate_limit),
+        concurrency_key=None if template.concurrency_key is None else template.concurrency_key.path)
 
 
 def _warm_record(warm):
@@ -159,8 +164,9 @@ def _warm_record(warm):
 def stats_snapshot(metrics, moment):
     """(Stats, {function: FunctionStats}) from the registry, as absolute values.
 
-    A function appears once it has a counter or a warm_containers gauge, so
-    warm containers prestarted before any event still have their number.
+    A function appears once it has a counter, a warm_containers gauge or a
+    limit wait, so warm containers prestarted before any event still have
+    their number.
     """
     counters = Counters(**{field: int(_value(getattr(metrics, name))) for name, field in _GLOBAL})
     stats = Stats(counters=counters, pending_entries=int(_value(metrics.pending_entries)),
@@ -170,9 +176,14 @@ def stats_snapshot(metrics, moment):
         for function, value in _by_function(getattr(metrics, name)):
             per_function.setdefault(function, {})[field] = int(value)
     warm = {function: int(value) for function, value in _by_function(metrics.warm_containers)}
+    waits = {}
+    for name in _WAITS:
+        for function, value in _by_function(getattr(metrics, name)):
+            waits.setdefault(function, {})[name] = value if name.endswith("_seconds") else int(value)
     return stats, {function: FunctionStats(counters=Counters(**per_function.get(function, {})),
-                                           warm_containers=warm.get(function, 0))
-                   for function in per_function.keys() | warm.keys()}
+                                           warm_containers=warm.get(function, 0),
+                                           waits=LimitWaits(**waits.get(function, {})))
+                   for function in per_function.keys() | warm.keys() | waits.keys()}
 
 
 def _value(metric):
