@@ -12,6 +12,7 @@ import threading
 from pathlib import Path
 
 import pytest
+from docker.errors import NotFound
 
 from relay.errors import BuildError
 from relay.functions import load_function
@@ -126,10 +127,15 @@ def test_a_build_past_its_deadline_is_stopped_and_its_container_goes(docker_engi
     seen = {}
 
     def watch():
-        found = build_containers()
-        if found:
-            seen.update(docker_engine.api.inspect_container(found[0]["Id"]))
-        return bool(found)
+        """The first build container inspected; one removed between the listing and the inspection
+        (the engine removes each step's container as the step ends) is looked for again."""
+        for container in build_containers():
+            try:
+                seen.update(docker_engine.api.inspect_container(container["Id"]))
+            except NotFound:
+                continue
+            return True
+        return False
 
     failure = []
     worker = threading.Thread(target=lambda: failure.append(_build_error(builder, function)))
