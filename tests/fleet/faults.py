@@ -20,6 +20,7 @@ class Faults:
         self.fleet = fleet
         self.rng = rng
         self.record = []    # (name, started at, seconds, detail)
+        self.windows = []   # (start, end) of each fault in Unix time, for the limits' verdict
         self.errors = []
         self.finished = threading.Event()
 
@@ -37,7 +38,9 @@ class Faults:
                 moment = start + (at + self.rng.uniform(-4, 4)) * scale
                 time.sleep(max(0.0, moment - time.monotonic()))
                 began = time.monotonic()
+                wall = time.time()
                 detail = actions[name]()
+                self.windows.append((wall, time.time()))
                 self.record.append((name, round(began - start, 1), round(time.monotonic() - began, 1), detail))
         except Exception as error:  # reported by the run; the fleet goes on without the rest
             self.errors.append(f"{type(error).__name__}: {error}")

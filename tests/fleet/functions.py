@@ -6,10 +6,15 @@ verdict can count executions per entry from the workers' output alone.
 
 fleet-py (Python) and fleet-node (Node) run warm: reused containers, replaced
 every 200 invocations (fleet-py) or after 20 s idle (fleet-node); the rest
-run a new container per invocation.
+run a new container per invocation, but for the two limited functions:
+fleet-rated (``rate_limit: 10/s``, the eu events) prints ``FLEET-START
+fleet-rated <seq> <unix time>`` as it starts, and fleet-keyed
+(``concurrency_key: account``, the us events) prints ``FLEET-SPAN fleet-keyed
+<seq> <account> <start> <end>`` around a 0.3 s sleep, so the verdict measures
+the rate and the per-key concurrency from the handlers' own clocks.
 
-kind     functions that run                 ends
-ok       fleet-py (+ fleet-node if eu)      acked
+kind     functions that run                                      ends
+ok       fleet-py (+ fleet-node, fleet-rated if eu; fleet-keyed if us)  acked
 flaky    the above + fleet-flaky            acked, or DLQ if 3 random failures in a row
 poison   the above + fleet-poison           DLQ after 2 attempts
 hang     the above + fleet-hang             DLQ after 2 attempts, each cut at 3s
@@ -19,6 +24,9 @@ from pathlib import Path
 
 KINDS = ("ok", "flaky", "poison", "hang")
 FAILING_FOREVER = {"poison": "fleet-poison", "hang": "fleet-hang"}
+MUST_SUCCEED = ("fleet-py", "fleet-node", "fleet-rated", "fleet-keyed")
+RATE_LIMIT = 10          # fleet-rated's starts per second, fleet-wide
+ACCOUNTS = tuple(f"acct-{number}" for number in range(8))
 ATTEMPTS = {"fleet-poison": 2, "fleet-hang": 2, "fleet-flaky": 3}
 
 _PYTHON_MARK = '''import random
@@ -67,6 +75,50 @@ events:
   console.log(`FLEET-MARK fleet-node ${event.seq} ok`);
 }
 """,
+    },
+    "fleet-rated": {
+        "template.yaml": f"""runtime: python3.14
+rate_limit: {RATE_LIMIT}/s
+concurrency: 2
+warm:
+  containers: 2
+events:
+  - handler: handler.record
+    pattern:
+      event_name: [fleet.order]
+      region: [eu]
+    timeout: 10s
+    retries: 2
+""",
+        "handler.py": _PYTHON_MARK.replace("NAME", '"fleet-rated"') + '''
+
+def record(event):
+    print(f"FLEET-START fleet-rated {event['seq']} {time.time():.6f}", flush=True)
+    mark(event, "ok")
+''',
+    },
+    "fleet-keyed": {
+        "template.yaml": """runtime: python3.14
+concurrency_key: account
+concurrency: 2
+warm:
+  containers: 2
+events:
+  - handler: handler.record
+    pattern:
+      event_name: [fleet.order]
+      region: [us]
+    timeout: 10s
+    retries: 2
+""",
+        "handler.py": _PYTHON_MARK.replace("NAME", '"fleet-keyed"') + '''
+
+def record(event):
+    started = time.time()
+    time.sleep(0.3)
+    print(f"FLEET-SPAN fleet-keyed {event['seq']} {event['account']} {started:.6f} {time.time():.6f}", flush=True)
+    mark(event, "ok")
+''',
     },
     "fleet-flaky": {
         "template.yaml": """runtime: python3.14
@@ -133,7 +185,9 @@ def expected_functions(event):
     """The functions whose handlers must run for *event*."""
     names = ["fleet-py"]
     if event["region"] == "eu":
-        names.append("fleet-node")
+        names += ["fleet-node", "fleet-rated"]
+    else:
+        names.append("fleet-keyed")
     if event["kind"] != "ok":
         names.append(f"fleet-{event['kind']}")
     return names
@@ -142,7 +196,7 @@ def expected_functions(event):
 def make_event(run_id, seq, rng):
     kind = rng.choices(KINDS, weights=(80, 10, 5, 5))[0]
     return {"event_id": f"{run_id}-{seq}", "event_name": "fleet.order", "seq": seq, "kind": kind,
-            "region": rng.choice(("eu", "us")), "amount": rng.randint(1, 10_000)}
+            "region": rng.choice(("eu", "us")), "amount": rng.randint(1, 10_000), "account": rng.choice(ACCOUNTS)}
 
 
 NESTED_EVENT = "[" * 1000 + "]" * 1000

@@ -9,7 +9,8 @@ from pathlib import Path
 BEGIN = "<!-- fleet-summary:begin -->"
 END = "<!-- fleet-summary:end -->"
 COLUMNS = ("Run", "Events", "Entries", "Malformed", "Executions", "Duplicates", "Producer dup.",
-           "DLQ (expected)", "Lost", "Worker restarts (exits)", "Drain", "Total", "Verdict")
+           "DLQ (expected)", "Lost", "Worker restarts (exits)", "Rated starts: most in 1s / 10s",
+           "Keyed: most per account at once", "Drain", "Total", "Verdict")
 
 
 def summary_table(reports):
@@ -18,7 +19,9 @@ def summary_table(reports):
         verdict = report.verdict
         cells = (number, verdict.events, verdict.entries, verdict.malformed, verdict.executions,
                  verdict.duplicates, verdict.producer_duplicates, f"{verdict.dlq} ({verdict.dlq_expected})",
-                 verdict.lost, f"{report.restarts} ({report.exits})", f"{report.drain_seconds:.0f}s",
+                 verdict.lost, f"{report.restarts} ({report.exits})",
+                 f"{verdict.rate_max.get(1.0, 0)} / {verdict.rate_max.get(10.0, 0)}",
+                 f"{verdict.key_concurrency}", f"{report.drain_seconds:.0f}s",
                  f"{report.seconds:.0f}s",
                  "passed" if verdict.passed else f"FAILED ({len(verdict.problems)})")
         rows.append("| " + " | ".join(str(cell) for cell in cells) + " |")

@@ -108,7 +108,8 @@ class Fleet:
 
         client = self.redis.client()
         outputs = [path for worker in self.workers for path in worker.outputs()]
-        verdict = judge(client=client, produced=self.producer.events, output_paths=outputs, hostnames=HOSTNAMES)
+        verdict = judge(client=client, produced=self.producer.events, output_paths=outputs, hostnames=HOSTNAMES,
+                        fault_windows=faults.windows)
         client.close()
         for hostname, code in exit_codes.items():
             if code != 0:

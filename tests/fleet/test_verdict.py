@@ -43,3 +43,48 @@ def test_a_wrong_dead_letter_fails_the_verdict(burst, index, field, value, probl
             engine.client.xadd(dlq, {**fields, field.encode(): value.encode()})
     verdict = judge(client=engine.client, produced={}, output_paths=[], hostnames=["worker-1"])
     assert [text for text in verdict.problems if text.startswith(f"malformed entry {ids[index]}: {problem}")]
+
+
+# --- the limited functions: measured from the handlers' own lines -------------------
+
+
+def _output(tmp_path, lines):
+    path = tmp_path / "worker.out"
+    path.write_text("".join(f'relay: function "x" handler "handler.record" message "1-0": {line}\n'
+                            for line in lines))
+    return [path]
+
+
+def test_the_rate_is_measured_per_window_and_its_bound_holds_outside_faults(tmp_path):
+    from tests.fleet.verdict import Verdict, judge_limits, most_in_window
+
+    assert most_in_window([0.0, 0.5, 0.99, 1.0, 1.5], 1.0) == 3
+    steady = [f"FLEET-START fleet-rated {seq} {1000 + seq * 0.1001:.6f}" for seq in range(300)]   # 10/s
+    verdict = Verdict()
+    judge_limits(verdict, _output(tmp_path, steady), fault_windows=())
+    assert verdict.problems == [] and verdict.rated_starts == 300 and verdict.rate_max == {1.0: 10, 10.0: 100}
+    burst = steady + [f"FLEET-START fleet-rated {seq} {1015.0 + seq / 1000:.6f}" for seq in range(300, 330)]
+    verdict = Verdict()
+    judge_limits(verdict, _output(tmp_path, burst), fault_windows=())
+    assert verdict.problems == ["fleet-rated started 130 times in 10s outside the faults; rate_limit 10/s allows 110"]
+    verdict = Verdict()
+    judge_limits(verdict, _output(tmp_path, burst), fault_windows=[(1014.0, 1016.0)])   # Redis was down: open
+    assert verdict.problems == [] and verdict.rate_max[10.0] == 130
+
+
+def test_one_account_running_twice_at_once_fails_outside_faults(tmp_path):
+    from tests.fleet.verdict import Verdict, judge_limits
+
+    spans = ["FLEET-SPAN fleet-keyed 1 acct-1 100.0 100.3", "FLEET-SPAN fleet-keyed 2 acct-1 100.3 100.6",
+             "FLEET-SPAN fleet-keyed 3 acct-2 100.1 100.4"]
+    verdict = Verdict()
+    judge_limits(verdict, _output(tmp_path, spans), fault_windows=())
+    assert verdict.problems == [] and (verdict.keyed_spans, verdict.key_concurrency) == (3, 1)
+    overlapping = [*spans, "FLEET-SPAN fleet-keyed 4 acct-1 100.5 100.8"]
+    verdict = Verdict()
+    judge_limits(verdict, _output(tmp_path, overlapping), fault_windows=())
+    assert verdict.key_concurrency == 2
+    assert verdict.problems == ["fleet-keyed ran one account twice at once 1 times outside the faults"]
+    verdict = Verdict()
+    judge_limits(verdict, _output(tmp_path, overlapping), fault_windows=[(95.0, 99.5)])
+    assert verdict.problems == [] and verdict.key_concurrency == 2

@@ -14,9 +14,21 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from tests.fleet.functions import ATTEMPTS, FAILING_FOREVER, KEPT_BYTES, MALFORMED_REASONS, expected_functions
+from tests.fleet.functions import (
+    ATTEMPTS,
+    FAILING_FOREVER,
+    KEPT_BYTES,
+    MALFORMED_REASONS,
+    MUST_SUCCEED,
+    RATE_LIMIT,
+    expected_functions,
+)
 
 MARK = re.compile(r'message "(?P<message>[^"]+)".*?: FLEET-MARK (?P<function>\S+) (?P<seq>\d+) (?P<outcome>\w+)$')
+START = re.compile(r": FLEET-START fleet-rated (?P<seq>\d+) (?P<at>[\d.]+)$")
+SPAN = re.compile(r": FLEET-SPAN fleet-keyed (?P<seq>\d+) (?P<account>\S+) (?P<start>[\d.]+) (?P<end>[\d.]+)$")
+RATE_WINDOW = 10.0      # seconds: the window the rate bound is checked on, outside faults
+FAULT_MARGIN = (1.0, 20.0)   # seconds before and after a fault in which the limits may not hold (fail open)
 DLQ_FIELDS = {"original_stream", "original_id", "group", "consumer", "event", "reason", "attempts", "timestamp"}
 MAX_EVENT_BYTES = 1024 * 1024   # the workers' default
 
@@ -44,6 +56,11 @@ class Verdict:
     dlq: int = 0
     dlq_expected: int = 0
     lost: int = 0
+    rated_starts: int = 0           # fleet-rated starts seen
+    rate_max: dict = field(default_factory=dict)   # window seconds → most starts in one such window
+    keyed_spans: int = 0            # fleet-keyed invocations seen whole
+    key_concurrency: int = 0        # most fleet-keyed invocations of one account running at once
+    key_overlaps_outside_faults: int = 0
     problems: list = field(default_factory=list)
 
     @property
@@ -65,7 +82,61 @@ def parse_marks(paths):
     return marks
 
 
-def judge(*, client, produced, output_paths, hostnames, stream="events", group="relay"):
+def parse_limits(paths):
+    """(fleet-rated start times, fleet-keyed (account, start, end) spans), from the handlers' own clocks."""
+    starts, spans = [], []
+    for path in paths:
+        for line in path.read_text(errors="replace").splitlines():
+            if (found := START.search(line)) is not None:
+                starts.append(float(found["at"]))
+            elif (found := SPAN.search(line)) is not None:
+                spans.append((found["account"], float(found["start"]), float(found["end"])))
+    return sorted(starts), spans
+
+
+def most_in_window(times, seconds):
+    """The most of the sorted *times* that fall in one window [t, t + seconds)."""
+    most, first = 0, 0
+    for last, at in enumerate(times):
+        while times[first] <= at - seconds:
+            first += 1
+        most = max(most, last - first + 1)
+    return most
+
+
+def judge_limits(verdict, paths, fault_windows):
+    """fleet-rated's rate and fleet-keyed's per-account concurrency, measured; outside the faults (when the
+    limits fail open or lose their Redis state) the rate must keep its bound and no account may overlap."""
+    starts, spans = parse_limits(paths)
+    verdict.rated_starts, verdict.keyed_spans = len(starts), len(spans)
+    verdict.rate_max = {seconds: most_in_window(starts, seconds) for seconds in (1.0, RATE_WINDOW)}
+
+    def in_fault(begin, end):
+        return any(begin < stop + FAULT_MARGIN[1] and end > start - FAULT_MARGIN[0] for start, stop in fault_windows)
+
+    quiet = [at for at in starts if not in_fault(at - RATE_WINDOW, at + RATE_WINDOW)]
+    bound = RATE_LIMIT * (RATE_WINDOW + 1)
+    if quiet and most_in_window(quiet, RATE_WINDOW) > bound:
+        verdict.fail(f"fleet-rated started {most_in_window(quiet, RATE_WINDOW)} times in {RATE_WINDOW:g}s "
+                     f"outside the faults; rate_limit {RATE_LIMIT}/s allows {bound:g}")
+    by_account = defaultdict(list)
+    for account, start, end in spans:
+        by_account[account].append((start, end))
+    for intervals in by_account.values():
+        intervals.sort()
+        running = []
+        for start, end in intervals:
+            overlapping = [other for other in running if other[1] > start]
+            if overlapping and not in_fault(start, end):
+                verdict.key_overlaps_outside_faults += 1
+            running = [*overlapping, (start, end)]
+            verdict.key_concurrency = max(verdict.key_concurrency, len(running))
+    if verdict.key_overlaps_outside_faults:
+        verdict.fail(f"fleet-keyed ran one account twice at once {verdict.key_overlaps_outside_faults} times "
+                     "outside the faults")
+
+
+def judge(*, client, produced, output_paths, hostnames, stream="events", group="relay", fault_windows=()):
     verdict = Verdict(events=len(produced))
     entries = [(message_id.decode(), _fields(fields)) for message_id, fields in client.xrange(stream)]
     verdict.entries = len(entries)
@@ -75,6 +146,7 @@ def judge(*, client, produced, output_paths, hostnames, stream="events", group="
     for record in dlq:
         dlq_by_id[record.get("original_id")].append(record)
     marks = parse_marks(output_paths)
+    judge_limits(verdict, output_paths, fault_windows)
     verdict.executions = sum(sum(outcomes.values()) for outcomes in marks.values())
 
     seen_seqs = Counter()
@@ -181,7 +253,7 @@ def _judge_runs(verdict, message_id, event, marks, failing):
         if function != failing:
             verdict.duplicates += max(0, outcomes["ok"] - 1)
     for function in functions:
-        if function in ("fleet-py", "fleet-node") and not marks.get((message_id, function), Counter())["ok"]:
+        if function in MUST_SUCCEED and not marks.get((message_id, function), Counter())["ok"]:
             verdict.fail(f"{message_id} (seq {event['seq']}): {function} never succeeded")
 
 
