@@ -6,12 +6,17 @@ the reason and 0 attempts) or, with ``on_expired: drop``, acknowledged,
 and both are counted in events_expired_total; an old event sent back with
 ``relay dlq redrive`` is a new entry and runs; and a handler that fails
 with ``retry_backoff: [1s]`` is run again about a second later by the same
-worker, well before its reclaimer's first pass (a minute after the start).
+worker, well before its reclaimer's first pass (a minute after the start),
+with the same RELAY_IDEMPOTENCY_KEY and RELAY_ATTEMPT 2, matched through an
+``$or`` with a ``wildcard``. It runs from the source tree and from relay.pyz.
 """
 
 import json
 import re
+import sys
 import time
+
+import pytest
 
 from relay.stream.deadletters import DeadLetters
 from relay.stream.settle import dlq_stream
@@ -41,7 +46,9 @@ def digest(event):
 
 
 def flaky(event):
-    print(f"flaky attempt at {time.time():.3f}", flush=True)
+    import os
+    print(f"flaky attempt at {time.time():.3f} key {os.environ['RELAY_IDEMPOTENCY_KEY']} "
+          f"attempt {os.environ['RELAY_ATTEMPT']}", flush=True)
     sys.exit(1)
 """
 WELCOME = """
@@ -51,7 +58,10 @@ events:
     pattern: {kind: [welcome]}
     max_event_age: 1h
   - handler: app.flaky
-    pattern: {kind: [flaky]}
+    pattern:
+      $or:
+        - kind: [flaky]
+        - kind: {wildcard: ["flaky-*"]}
     retries: 1
     retry_backoff: [1s]
 """
@@ -70,8 +80,12 @@ def dead_letters(client):
     return {fields[b"original_id"].decode(): fields for _id, fields in client.xrange(dlq_stream("events"))}
 
 
+@pytest.mark.parametrize("program", ["module", "pyz"])
 def test_stale_entries_expire_a_redriven_one_runs_and_a_retry_runs_when_due(redis_server, redis_client,
-                                                                            docker_engine, workers, tmp_path):
+                                                                            docker_engine, workers, tmp_path,
+                                                                            program, request):
+    command = (sys.executable, "-m", "relay") if program == "module" else (sys.executable,
+                                                                          str(request.getfixturevalue("pyz")))
     functions = tmp_path / "functions"
     write_function(functions, "welcome", WELCOME, {"app.py": HANDLERS})
     write_function(functions, "digest", DIGEST, {"app.py": HANDLERS})
@@ -86,7 +100,7 @@ def test_stale_entries_expire_a_redriven_one_runs_and_a_retry_runs_when_due(redi
         "event": json.dumps({"kind": "welcome", "n": 3}), "reason": "attempts exhausted for welcome/app.welcome",
         "attempts": "5", "timestamp": "2026-01-01T00:00:00Z"}).decode()
     port = free_port()
-    relay = Worker(namespaced_relay_command(functions, tmp_path / "state", "relay-e2e-expiry"),
+    relay = Worker(namespaced_relay_command(functions, tmp_path / "state", "relay-e2e-expiry", command),
                    engine_env(redis_server, METRICS_ADDR=f"127.0.0.1:{port}", LOG_LEVEL="DEBUG"), tmp_path, "relay")
     workers.append(relay)
     relay.wait_for('msg="Relay started"', timeout=300)
@@ -104,12 +118,14 @@ def test_stale_entries_expire_a_redriven_one_runs_and_a_retry_runs_when_due(redi
     relay.wait_for("welcome sent 3", where="stdout")
 
     # retry_backoff: [1s]: attempt 2 runs about a second after attempt 1 failed, on this worker.
-    flaky = publish(redis_client, {"kind": "flaky", "n": 4})
+    flaky = publish(redis_client, {"kind": "flaky-signup", "n": 4})
     relay.wait_for('msg="Handler failed; attempts exhausted"')
     wait_until(lambda: pending(redis_client) == 0, what="every entry to be settled")
     assert dead_letters(redis_client)[flaky][b"attempts"] == b"2"
-    first, second = (float(at) for at in re.findall(r"flaky attempt at ([\d.]+)", relay.stdout))
-    assert 1.0 <= second - first < 30      # not before the backoff; far sooner than the reclaimer (1m)
+    (first, key, one), (second, same_key, two) = re.findall(r"flaky attempt at ([\d.]+) key (\w+) attempt (\d)",
+                                                            relay.stdout)
+    assert 1.0 <= float(second) - float(first) < 30      # not before the backoff; far sooner than the reclaimer
+    assert (one, two) == ("1", "2") and key == same_key and len(key) == 32
     log = relay.stderr
     failed = log.index(f'msg="Handler failed; will retry" function=welcome handler=app.flaky message_id={flaky}')
     held = log.index(f'msg="Entry held for its retry" message_id={flaky}', failed)

@@ -69,16 +69,16 @@ def harness_command(functions_dir, consumer, reclaim=1.0, idle=2.0, state_db=Non
     return [sys.executable, str(HARNESS), str(functions_dir), consumer, str(reclaim), str(idle), *options]
 
 
-def namespaced_relay_command(functions_dir, state_dir, hostname):
-    """``relay start`` in a private mount and UTS namespace: the directories appear
-    at the fixed paths /functions and /var/lib/relay, and the hostname (the
-    consumer name) is *hostname*; the host's own paths are untouched."""
+def namespaced_relay_command(functions_dir, state_dir, hostname, program=(sys.executable, "-m", "relay")):
+    """``relay start`` (of *program*: the module, or ``python relay.pyz``) in a private mount and UTS
+    namespace: the directories appear at the fixed paths /functions and /var/lib/relay, and the
+    hostname (the consumer name) is *hostname*; the host's own paths are untouched."""
     for mount_point in ("/functions", "/var/lib/relay"):
         os.makedirs(mount_point, exist_ok=True)
     script = ('hostname "$1"; mount --bind "$2" /functions; mount --bind "$3" /var/lib/relay; shift 3; '
               'exec "$@"')
     return [shutil.which("unshare"), "--mount", "--uts", "--propagation", "private", "--", "sh", "-ec", script,
-            "relay-e2e", hostname, str(functions_dir), str(state_dir), sys.executable, "-m", "relay", "start"]
+            "relay-e2e", hostname, str(functions_dir), str(state_dir), *program, "start"]
 
 
 def write_function(root, name, template, files):
