@@ -175,7 +175,7 @@ def load_log_level(environ):
 
 
 def parse_redis_uri(value):
-    """Parse REDIS_URI: a plain host:port or a redis:// / rediss:// DSN.
+    """Parse REDIS_URI: a plain host:port, a redis:// / rediss:// DSN, or a list of Sentinels.
 
     Whatever its shape, the value is shown in errors only through
     ``_redacted``, which masks everything that could be a password.
@@ -184,19 +184,26 @@ def parse_redis_uri(value):
     if not value.isprintable():
         raise ConfigError(f"REDIS_URI={quote(shown)} has a control character; use {_REDIS_URI_FORMS}")
     if "://" not in value:
-        if "@" in value:
-            raise ConfigError(f"REDIS_URI={quote(shown)} has a login but no redis:// scheme; "
-                              f"use redis://user:password@host:port")
-        host, port = _split_host_port(value)
-        if not host or port is None:
-            raise ConfigError(f"REDIS_URI={quote(shown)} is not a Redis address; use {_REDIS_URI_FORMS}")
-        return RedisSettings(host=host, port=_port("REDIS_URI", shown, port))
-
+        return _parse_host_port(value, shown)
     if "@" in value.partition("://")[2].partition("/")[2]:
         raise ConfigError(f"REDIS_URI={quote(shown)} has \"@\" after a \"/\"; percent-encode a \"/\" "
                           "in the password as %2F")
     if value.partition("://")[0] in ("redis+sentinel", "rediss+sentinel"):
         return _parse_sentinel_uri(value, shown)
+    return _parse_dsn(value, shown)
+
+
+def _parse_host_port(value, shown):
+    if "@" in value:
+        raise ConfigError(f"REDIS_URI={quote(shown)} has a login but no redis:// scheme; "
+                          f"use redis://user:password@host:port")
+    host, port = _split_host_port(value)
+    if not host or port is None:
+        raise ConfigError(f"REDIS_URI={quote(shown)} is not a Redis address; use {_REDIS_URI_FORMS}")
+    return RedisSettings(host=host, port=_port("REDIS_URI", shown, port))
+
+
+def _parse_dsn(value, shown):
     try:
         parts = urlsplit(value)
     except ValueError:  # an unclosed or invalid [IPv6] host
