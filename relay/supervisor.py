@@ -31,6 +31,7 @@ from relay import __version__
 from relay.config import FUNCTIONS_DIR, load_config
 from relay.errors import ConfigError, RelayError
 from relay.functions.template import MAX_TIMEOUT
+from relay.offload import in_thread
 from relay.stream.keys import StreamAddress
 
 log = logging.getLogger("relay.supervisor")
@@ -182,7 +183,6 @@ class Supervisor:
         from relay.view.writer import StateWriter, previous_functions
 
         metrics, timing, docker = self.metrics, self.timing, self.docker
-        hub = gevent.get_hub()
         # Functions load in the hub's thread pool. croniter's first import runs `file` through
         # subprocess, which gevent only allows on the hub's own thread: import it here first.
         import croniter  # noqa: F401
@@ -194,14 +194,14 @@ class Supervisor:
             docker,
             on_build_failure=lambda name: metrics.build_failures.labels(name).inc(),
             on_build_seconds=lambda name, seconds: metrics.build_duration.labels(name).observe(seconds),
-            offload=lambda function, *args: hub.threadpool.apply(function, args))
+            offload=in_thread)
         active_images = ActiveImages(self.catalog)
         self.reconciler = Reconciler(
             self.functions_dir, builder, self.catalog,
             retire=lambda tag: (self.executor.warm.retire_image(tag),
                                 retire_image(docker, tag, self.leases, active_images)),
             on_change=self._functions_changed,
-            offload=lambda function, *args: hub.threadpool.apply(function, args),
+            offload=in_thread,
             webhook_secret=self.secrets.webhook_secret,
             rescan_interval=timing.rescan_interval)
         self.debouncer = Debouncer(self.reconciler.request, delay=timing.debounce)

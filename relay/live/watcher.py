@@ -24,6 +24,8 @@ import gevent
 from gevent.event import Event
 from watchdog.utils.dirsnapshot import DirectorySnapshot, DirectorySnapshotDiff, EmptyDirectorySnapshot
 
+from relay.offload import in_thread
+
 log = logging.getLogger("relay.live.watcher")
 
 POLL_INTERVAL = 0.5   # seconds; well under the debounce so that one burst stays one
@@ -37,7 +39,7 @@ class Watcher:
         self.root = os.path.abspath(functions_dir)
         self.on_change = on_change
         self.interval = interval
-        self.offload = offload or (lambda function, *args: gevent.get_hub().threadpool.apply(function, args))
+        self.offload = offload or in_thread
         self.stopping = Event()
         self._failing = False
 
