@@ -57,9 +57,10 @@ Usage:
   relay health
   relay health (-h | --help)
 
-Reads REDIS_URI and the Docker client variables (DOCKER_HOST,
-DOCKER_TLS_VERIFY, DOCKER_CERT_PATH). Exits 0 when both answer, else 1
-with the first failing check on stderr.
+Reads REDIS_URI (and REDIS_SENTINEL_PASSWORD) and the Docker client
+variables (DOCKER_HOST, DOCKER_TLS_VERIFY, DOCKER_CERT_PATH). Under
+Sentinel, asks the Sentinels for the primary, then PINGs it. Exits 0 when
+both answer, else 1 with the first failing check on stderr.
 """,
     "stats": """\
 Show the latest operational statistics from the local state database.
