@@ -88,3 +88,34 @@ def test_one_account_running_twice_at_once_fails_outside_faults(tmp_path):
     verdict = Verdict()
     judge_limits(verdict, _output(tmp_path, overlapping), fault_windows=[(95.0, 99.5)])
     assert verdict.problems == [] and verdict.key_concurrency == 2
+
+
+# --- under Sentinel: both data nodes agree at the end --------------------------------
+
+
+@pytest.mark.integration
+def test_the_replica_must_be_linked_and_hold_what_the_primary_holds(tmp_path):
+    from tests.fleet.verdict import Verdict, judge_replicas
+    from tests.support.sentinel import SentinelRedis
+
+    redis = SentinelRedis(tmp_path).start()
+    try:
+        primary, replica = redis.client(), redis.client(redis.replica())
+        for seq in range(5):
+            primary.xadd("events", {"seq": seq})
+        verdict = Verdict()
+        judge_replicas(verdict, primary, replica, streams=("events",))
+        assert verdict.problems == []
+
+        replica.config_set("replica-read-only", "no")
+        replica.xadd("events", {"seq": "only on the replica"})
+        verdict = Verdict()
+        judge_replicas(verdict, primary, replica, streams=("events",))
+        assert verdict.problems == ["events: 5 entries on the primary, 6 on the replica"]
+
+        replica.execute_command("REPLICAOF", "NO", "ONE")
+        verdict = Verdict()
+        judge_replicas(verdict, primary, replica, streams=("events",))
+        assert verdict.problems == ["the replica is not a linked replica (role 'master', link None)"]
+    finally:
+        redis.stop()

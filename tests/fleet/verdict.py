@@ -278,6 +278,22 @@ def _check_dlq_record(verdict, message_id, fields, record, function, hostnames):
         verdict.fail(f"{where}: timestamp {record.get('timestamp')!r} is not RFC 3339")
 
 
+def judge_replicas(verdict, primary, replica, streams, timeout_ms=5000):
+    """Under Sentinel, at the end: the replica is linked to the primary and, once it has
+    everything the primary wrote (WAIT), holds as many entries in each of *streams*."""
+    info = replica.info("replication")
+    if info.get("role") != "slave" or info.get("master_link_status") != "up":
+        verdict.fail(f"the replica is not a linked replica (role {info.get('role')!r}, "
+                     f"link {info.get('master_link_status')!r})")
+        return
+    if primary.wait(1, timeout_ms) < 1:
+        verdict.fail(f"the replica did not confirm the primary's writes within {timeout_ms} ms")
+    for stream in streams:
+        lengths = primary.xlen(stream), replica.xlen(stream)
+        if lengths[0] != lengths[1]:
+            verdict.fail(f"{stream}: {lengths[0]} entries on the primary, {lengths[1]} on the replica")
+
+
 def undelivered(client, stream, group):
     """Entries not yet delivered to the group (-1: no such group). Redis can lose
     track of the group's lag after a restart; then it is 0 exactly when the
