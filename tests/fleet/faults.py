@@ -101,7 +101,7 @@ class Faults:
         time.sleep(REJOIN_PAUSE)
         began = time.monotonic()
         old.start()
-        redis.wait_settled()
+        redis.wait_settled(timeout=120)
         failover = Failover(old.name, promoted.name, round(seconds, 1), round(time.monotonic() - began, 1))
         self.failovers.append(failover)
         return (f"{failover.killed} killed, {failover.promoted} promoted in {failover.seconds:.1f}s; "
