@@ -12,37 +12,127 @@ from relay.errors import DependencyError, reason
 from relay.speedups import log_in_use
 
 CONNECT_TIMEOUT = 5.0  # seconds for a first answer; fail fast, not forever
+# Seconds for any reply. The longest wait Relay asks of Redis is a 2 s blocking
+# read; a server that keeps a connection open and answers nothing for longer
+# (a frozen host, a partition, a primary that lost a failover) is gone, an
+# outage like a refused connection, and the next command finds the new one.
+COMMAND_TIMEOUT = 15.0
+SENTINEL_TIMEOUT = 1.5  # seconds for a Sentinel to answer where the primary is; the next one is asked then
 
 
 def connect_redis(settings):
     """A Redis client for *settings*; it connects lazily, see ``ping_redis``.
+
+    With Sentinels, the client asks them for the current primary whenever it
+    opens a connection, and drops connections to a primary that lost its
+    role (a ``READONLY`` reply is a connection error): after a failover the
+    next command goes to the new primary, no restart needed.
 
     redis-py's own retries are off: a failed command fails at once, and the
     loop that issued it decides how to back off and when to warn. Logs at
     DEBUG which JSON decoder and which Redis reply parser are in use.
     """
     log_in_use()
-    return redis.Redis(
-        host=settings.host,
-        port=settings.port,
+    options = dict(
         username=settings.username,
         password=settings.password,
         db=settings.db,
         ssl=settings.tls,
         socket_connect_timeout=CONNECT_TIMEOUT,
+        socket_timeout=COMMAND_TIMEOUT,
         socket_keepalive=True,
         health_check_interval=30,
         decode_responses=False,
         retry=Retry(NoBackoff(), 0),
     )
+    if settings.sentinel is None:
+        return redis.Redis(host=settings.host, port=settings.port, **options)
+    return _sentinels(settings).master_for(settings.sentinel.master, **options)
 
 
-def ping_redis(client, settings):
+def _sentinels(settings):
+    from redis.sentinel import Sentinel
+
+    return Sentinel(list(settings.sentinel.addresses), sentinel_kwargs=_sentinel_options(settings))
+
+
+def _sentinel_options(settings):
+    return dict(password=settings.sentinel.password, ssl=settings.tls, socket_timeout=SENTINEL_TIMEOUT,
+                socket_connect_timeout=SENTINEL_TIMEOUT, retry=Retry(NoBackoff(), 0))
+
+
+def ping_redis(client, settings, primary=None):
+    """PING Redis through *client*; DependencyError saying what did not answer.
+
+    With Sentinels, each step has its own message: no Sentinel answered,
+    none knows the master (or all see it down), or the primary they name
+    did not answer. *primary* is where ``locate_primary`` found it, if the
+    caller asked already.
+    """
+    where = f"Redis at {settings.redacted} is unreachable"
+    if settings.sentinel is not None and primary is None:
+        primary = locate_primary(settings)
     try:
         client.ping()
     except redis.RedisError as error:
-        raise DependencyError(f"Redis at {settings.redacted} is unreachable: "
-                              f"{reason(error, innermost=True, limit=300)}") from None
+        text = reason(error, innermost=True, limit=300)
+        if primary is not None:
+            text = f"primary {primary} did not answer: {text}"
+        raise DependencyError(f"{where}: {text}") from None
+
+
+def locate_primary(settings):
+    """"host:port" of the primary the Sentinels of *settings* name, asking them in order.
+
+    Raises DependencyError: "no sentinel answered" (with each one's
+    reason), "master … unknown to the sentinels", or "… is down" while
+    they have not yet promoted a replica.
+    """
+    sentinel = settings.sentinel
+    where = f"Redis at {settings.redacted} is unreachable"
+    failures, down = [], None
+    for host, port in sentinel.addresses:
+        client = redis.Redis(host=host, port=port, **_sentinel_options(settings))
+        try:
+            state = client.sentinel_master(sentinel.master)
+        except redis.ResponseError as error:
+            if "no such master" in str(error).lower():
+                continue
+            failures.append((_address(host, port), _sentinel_refusal(error, settings)))
+            continue
+        except redis.RedisError as error:
+            failures.append((_address(host, port), _sentinel_refusal(error, settings)))
+            continue
+        finally:
+            client.close()
+        primary = _address(state["ip"], state["port"])
+        if state["is_master"] and not (state["is_sdown"] or state["is_odown"]):
+            return primary
+        down = primary
+    if len(failures) == len(sentinel.addresses):
+        by_reason = {}
+        for address, text in failures:
+            by_reason.setdefault(text, []).append(address)
+        raise DependencyError(f"{where}: no sentinel answered (" + "; ".join(
+            f"{', '.join(addresses)}: {text}" for text, addresses in by_reason.items()) + ")")
+    if down is not None:
+        raise DependencyError(f"{where}: the sentinels see primary {down} of master \"{sentinel.master}\" "
+                              "down and have not promoted a replica yet")
+    raise DependencyError(f"{where}: master \"{sentinel.master}\" unknown to the sentinels")
+
+
+def _sentinel_refusal(error, settings):
+    """Why a Sentinel did not answer, in words; a login problem says what to set."""
+    text = reason(error, innermost=True, limit=200)
+    if isinstance(error, redis.AuthenticationError) or "authenticated" in text or text.startswith("NOAUTH"):
+        if settings.sentinel.password is None:
+            return "it asks for a password; set REDIS_SENTINEL_PASSWORD"
+        return "it refused REDIS_SENTINEL_PASSWORD"
+    return text
+
+
+def _address(host, port):
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
 def connect_docker(docker_env):

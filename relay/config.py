@@ -8,7 +8,7 @@ accepted. For an optional variable an empty value means unset.
 
 import re
 import socket
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from urllib.parse import unquote, urlsplit
 
@@ -26,28 +26,55 @@ DEFAULT_MAX_BUFFERED_EVENTS = 16
 DEFAULT_MAX_EVENT_BYTES = 1024 * 1024
 DEFAULT_REDIS_PORT = 6379
 
-_REDIS_URI_FORMS = "host:port, redis://[user:password@]host[:port][/db] or rediss://… for TLS"
+_REDIS_URI_FORMS = ("host:port, redis://[user:password@]host[:port][/db], "
+                    "redis+sentinel://[user:password@]host:port[,host:port…]/master[/db], "
+                    "or rediss:// and rediss+sentinel:// for TLS")
+_SENTINEL_FORMS = "redis+sentinel://[user:password@]host[:port][,host[:port]…]/master[/db]"
+DEFAULT_SENTINEL_PORT = 26379
+_MASTER_NAME = re.compile(r"^[!-~]+$")   # printable ASCII without spaces: what a Sentinel master name can be
 _LISTEN_FORMS = "[host]:port, e.g. :9090 or 127.0.0.1:9090, with a port from 1 to 65535"
 _SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:/{0,2}")
 _HOST = re.compile(r"^(?:\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_.-]+)$")
 
 
 @dataclass(frozen=True, kw_only=True)
-class RedisSettings:
-    """Where Redis is and how to log in; ``redacted`` is safe to print."""
+class SentinelSettings:
+    """The Sentinels that know where the primary of *master* is, and their own password."""
 
-    host: str
-    port: int
+    addresses: tuple[tuple[str, int], ...]
+    master: str
+    password: str | None = field(default=None, repr=False)
+
+    @property
+    def hosts(self):
+        return ",".join(f"{_bracket(host)}:{port}" for host, port in self.addresses)
+
+
+@dataclass(frozen=True, kw_only=True)
+class RedisSettings:
+    """Where Redis is and how to log in; ``redacted`` is safe to print.
+
+    *host* and *port* name the server of a direct connection. With
+    *sentinel*, they are empty: the Sentinels name the current primary, and
+    the login, database and TLS apply to it.
+    """
+
+    host: str = ""
+    port: int = 0
     username: str | None = None
     password: str | None = field(default=None, repr=False)
     db: int = 0
     tls: bool = False
+    sentinel: SentinelSettings | None = None
 
     @property
     def redacted(self):
-        scheme = "rediss" if self.tls else "redis"
         user = self.username or ""
         login = f"{user}:***@" if self.password else (f"{user}@" if user else "")
+        if self.sentinel is not None:
+            scheme = "rediss+sentinel" if self.tls else "redis+sentinel"
+            return f"{scheme}://{login}{self.sentinel.hosts}/{self.sentinel.master}/{self.db}"
+        scheme = "rediss" if self.tls else "redis"
         return f"{scheme}://{login}{_bracket(self.host)}:{self.port}/{self.db}"
 
 
@@ -116,7 +143,15 @@ def load_config(environ, hostname=None):
 
 
 def load_redis_settings(environ):
-    return parse_redis_uri(_required(environ, "REDIS_URI"))
+    """REDIS_URI, and REDIS_SENTINEL_PASSWORD for a redis+sentinel:// one."""
+    settings = parse_redis_uri(_required(environ, "REDIS_URI"))
+    sentinel_password = environ.get("REDIS_SENTINEL_PASSWORD", "")
+    if sentinel_password:
+        if settings.sentinel is None:
+            raise ConfigError("REDIS_SENTINEL_PASSWORD is set, but REDIS_URI names no Sentinels; "
+                              f"unset it or use {_SENTINEL_FORMS}")
+        settings = replace(settings, sentinel=replace(settings.sentinel, password=sentinel_password))
+    return settings
 
 
 def load_stream(environ):
@@ -157,6 +192,11 @@ def parse_redis_uri(value):
             raise ConfigError(f"REDIS_URI={quote(shown)} is not a Redis address; use {_REDIS_URI_FORMS}")
         return RedisSettings(host=host, port=_port("REDIS_URI", shown, port))
 
+    if "@" in value.partition("://")[2].partition("/")[2]:
+        raise ConfigError(f"REDIS_URI={quote(shown)} has \"@\" after a \"/\"; percent-encode a \"/\" "
+                          "in the password as %2F")
+    if value.partition("://")[0] in ("redis+sentinel", "rediss+sentinel"):
+        return _parse_sentinel_uri(value, shown)
     try:
         parts = urlsplit(value)
     except ValueError:  # an unclosed or invalid [IPv6] host
@@ -181,6 +221,49 @@ def parse_redis_uri(value):
         password=unquote(parts.password) if parts.password is not None else None,
         db=int(db_text or 0),
         tls=parts.scheme == "rediss",
+    )
+
+
+def _parse_sentinel_uri(value, shown):
+    """redis+sentinel://[user:password@]host[:port][,host[:port]…]/master[/db], by hand:
+    urlsplit takes one host, and a list of bracketed IPv6 hosts confuses it."""
+    scheme, _, rest = value.partition("://")
+    address, question, _ = rest.partition("?")
+    if question or "#" in address:
+        raise ConfigError(f"REDIS_URI={quote(shown)} has options Relay does not read; use {_SENTINEL_FORMS}")
+    authority, slash, path = address.partition("/")
+    login, at, hosts = authority.rpartition("@")
+    if not hosts:
+        raise ConfigError(f"REDIS_URI={quote(shown)} names no Sentinel; use {_SENTINEL_FORMS}")
+    addresses = []
+    for entry in hosts.split(","):
+        host, port = _split_host_port(entry)
+        if not host:
+            raise ConfigError(f"REDIS_URI={quote(shown)} has Sentinel address {quote(entry)}, "
+                              f"which is not host[:port]; use {_SENTINEL_FORMS}")
+        number = DEFAULT_SENTINEL_PORT if port is None else _port("REDIS_URI", shown, port, forms=_SENTINEL_FORMS)
+        if (host, number) in addresses:
+            raise ConfigError(f"REDIS_URI={quote(shown)} names Sentinel {quote(entry)} twice; "
+                              "list each Sentinel once")
+        addresses.append((host, number))
+    master, _, db_text = path.partition("/")
+    if not slash or not master:
+        raise ConfigError(f"REDIS_URI={quote(shown)} names no master; the Sentinels monitor it under a name, "
+                          f"as in {_SENTINEL_FORMS}")
+    master = unquote(master)
+    if not _MASTER_NAME.match(master):
+        raise ConfigError(f"REDIS_URI={quote(shown)} has master name {quote(master)}; a Sentinel master name "
+                          "is printable ASCII without spaces")
+    if "/" in db_text or (db_text and _whole_number(db_text) is None):
+        raise ConfigError(f"REDIS_URI={quote(shown)} has database {quote(db_text)}; a database is a number such as "
+                          f"/0 after the master name, as in {_SENTINEL_FORMS}")
+    user, colon, password = login.partition(":")
+    return RedisSettings(
+        username=unquote(user) if user else None,
+        password=unquote(password) if colon else None,
+        db=int(db_text or 0),
+        tls=scheme == "rediss+sentinel",
+        sentinel=SentinelSettings(addresses=tuple(addresses), master=master),
     )
 
 

@@ -10,6 +10,7 @@ from relay.config import (
     DEFAULT_MAX_EVENT_BYTES,
     ListenAddress,
     RedisSettings,
+    SentinelSettings,
     load_config,
     load_docker_env,
     parse_redis_uri,
@@ -112,6 +113,64 @@ def test_redis_uri_rejected(uri, fragment):
     assert "host:port" in message or "database" in message
 
 
+def sentinel(*addresses, master="mymaster", password=None):
+    return SentinelSettings(addresses=addresses, master=master, password=password)
+
+
+@pytest.mark.parametrize(("uri", "expected"), [
+    ("redis+sentinel://s1:26379,s2:26380,s3/mymaster", RedisSettings(
+        sentinel=sentinel(("s1", 26379), ("s2", 26380), ("s3", 26379)))),
+    ("redis+sentinel://10.0.0.1/mymaster/", RedisSettings(sentinel=sentinel(("10.0.0.1", 26379)))),
+    ("redis+sentinel://:pw@s1,[::1]:5000/mymaster/3", RedisSettings(
+        password="pw", db=3, sentinel=sentinel(("s1", 26379), ("::1", 5000)))),
+    ("rediss+sentinel://relay:p%2Fw@s1/cache-01.eu", RedisSettings(
+        username="relay", password="p/w", tls=True, sentinel=sentinel(("s1", 26379), master="cache-01.eu"))),
+])
+def test_sentinel_uri_forms(uri, expected):
+    assert parse_redis_uri(uri) == expected
+
+
+@pytest.mark.parametrize(("uri", "fragment"), [
+    ("redis+sentinel://s1", "names no master"),
+    ("redis+sentinel://s1/", "names no master"),
+    ("redis+sentinel:///mymaster", "names no Sentinel"),
+    ("redis+sentinel://s1,,s2/mymaster", "has Sentinel address '', which is not host[:port]"),
+    ("redis+sentinel://s1,bad host/mymaster", "has Sentinel address 'bad host'"),
+    ("redis+sentinel://s1:0/mymaster", "has port '0'"),
+    ("redis+sentinel://s1:x/mymaster", "has port 'x'"),
+    ("redis+sentinel://s1,s1:26379/mymaster", "names Sentinel 's1:26379' twice"),
+    ("redis+sentinel://s1/mymaster/one", "has database 'one'"),
+    ("redis+sentinel://s1/mymaster/1/2", "has database '1/2'"),
+    ("redis+sentinel://s1/my%20master", "has master name 'my master'"),
+    ("redis+sentinel://s1/mymaster?db=1", "options Relay does not read"),
+    ("redis+sentinel://s1/mymaster#x", "options Relay does not read"),
+    ("sentinel://s1/mymaster", "unknown scheme 'sentinel'"),
+])
+def test_sentinel_uri_rejected(uri, fragment):
+    message = rejected(REDIS_URI=uri)
+    assert message.startswith(f"REDIS_URI='{uri}'") or message.startswith("REDIS_URI=")
+    assert fragment in message
+    assert "sentinel://" in message
+
+
+def test_sentinel_password_comes_from_its_own_variable_and_needs_sentinels():
+    loaded = config(REDIS_URI="redis+sentinel://:data@s1/mymaster", REDIS_SENTINEL_PASSWORD="guard")
+    assert loaded.redis == RedisSettings(password="data", sentinel=sentinel(("s1", 26379), password="guard"))
+    assert "guard" not in repr(loaded) and "data" not in repr(loaded)
+    assert loaded.redis.redacted == "redis+sentinel://:***@s1:26379/mymaster/0"
+    assert config(REDIS_URI="redis+sentinel://s1/mymaster", REDIS_SENTINEL_PASSWORD="").redis.sentinel.password is None
+    message = rejected(REDIS_URI="redis:6379", REDIS_SENTINEL_PASSWORD="guard")
+    assert message.startswith("REDIS_SENTINEL_PASSWORD is set, but REDIS_URI names no Sentinels")
+    assert "guard" not in message
+
+
+def test_a_password_with_an_unencoded_slash_is_refused_without_showing_it():
+    for uri in ("redis://admin:hun/ter2@redis:6379", "redis+sentinel://admin:hun/ter2@s1/mymaster"):
+        message = rejected(REDIS_URI=uri)
+        assert "percent-encode" in message and "%2F" in message
+        assert "hun" not in message and "ter2" not in message
+
+
 def test_redis_password_never_in_errors_or_repr():
     message = rejected(REDIS_URI="redis://admin:hunter2@redis:notaport")
     assert "hunter2" not in message and "admin:***@" in message
@@ -129,6 +188,11 @@ HOSTILE_REDIS_URIS = [
     "redis://admin:hunter2\n@redis:1", "redis://admin:hunter2@redis\n:1", "redis://admin:hunt\ud800er2@redis",
     "redis://admin:hunter2@redis:6379/\ud800", "http://admin:hunter2@redis", "redis://admin:hunter2@",
     "redis://admin:hunter2@redis:1?password=hunter2", "redis://admin@hunter2@@redis:x",
+    "redis+sentinel://admin:hunter2@", "redis+sentinel://admin:hunter2@s1:99999/m", "redis+sentinel://admin:hunter2@s1",
+    "redis+sentinel://admin:hunter2@s1/m/x", "redis+sentinel://admin:hunter2@s1,,/m",
+    "rediss+sentinel://admin:hunter2@[::1/m", "redis+sentinel://admin:hunter2@s1:" + "9" * 5000 + "/m",
+    "redis+sentinel://admin:hunter2@s1/m?password=hunter2", "redis+sentinel://admin:hunter2@s1/m\n",
+    "redis+sentinel://admin:hunter2@s1/m%00", "redis+sentinel://admin@hunter2@s1:x/m",
 ]
 
 

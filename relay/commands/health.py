@@ -4,13 +4,16 @@ It only creates clients and pings; it never consumes, loads functions,
 builds images or opens the state database. Both checks run at once, and
 the whole command is bounded by DEADLINE: a dependency that accepts a
 connection and never answers fails its check when the deadline passes,
-well inside a container HEALTHCHECK's timeout.
+well inside a container HEALTHCHECK's timeout. Under Sentinel, the Redis
+check asks the Sentinels for the primary and PINGs it, and says which step
+failed (relay.clients.ping_redis).
 """
 
 import os
 import sys
 import threading
 import time
+from functools import partial
 
 from relay.errors import RelayError
 
@@ -33,8 +36,8 @@ def health(environ=None, deadline=DEADLINE):
         print(f"relay health: {error}", file=sys.stderr)
         return 1
     docker_host = docker_env.get("DOCKER_HOST", "unix:///var/run/docker.sock")
-    checks = [_Check("redis", settings.redacted, f"Redis at {settings.redacted}", lambda: _ping_redis(settings)),
-              _Check("docker", docker_host, f"Docker engine at {docker_host}", lambda: _ping_docker(docker_env))]
+    checks = [_Check("redis", settings.redacted, f"Redis at {settings.redacted}", partial(_ping_redis, settings)),
+              _Check("docker", docker_host, f"Docker engine at {docker_host}", partial(_ping_docker, docker_env))]
     ends = time.monotonic() + deadline
     for check in checks:
         check.start()
@@ -43,7 +46,7 @@ def health(environ=None, deadline=DEADLINE):
     failed = None
     for check in checks:
         if check.ok:
-            print(f"{check.name}: ok ({check.where})")
+            print(f"{check.name}: ok ({check.where}{check.detail})")
         elif failed is None:
             failed = check.error or f"{check.what} did not answer within {deadline:g}s"
     if failed is not None:
@@ -53,12 +56,17 @@ def health(environ=None, deadline=DEADLINE):
 
 
 class _Check:
-    """One ping in a daemon thread: a check that hangs never holds the command past its deadline."""
+    """One ping in a daemon thread: a check that hangs never holds the command past its deadline.
+
+    *ping* is called with the check: it may say what it is waiting for
+    (``what``, for the deadline's message) and add to the ok line (``detail``).
+    """
 
     def __init__(self, name, where, what, ping):
         self.name, self.where, self.what = name, where, what
         self.ok = False
         self.error = None
+        self.detail = ""
         self._thread = threading.Thread(target=self._run, args=(ping,), name=f"health-{name}", daemon=True)
 
     def start(self):
@@ -69,19 +77,30 @@ class _Check:
 
     def _run(self, ping):
         try:
-            ping()
+            ping(self)
             self.ok = True
         except RelayError as error:
             self.error = str(error)
 
 
-def _ping_redis(settings):
-    from relay.clients import connect_redis, ping_redis
+def _ping_redis(settings, check):
+    """PING Redis; under Sentinel, first ask where the primary is, so a primary that never
+    answers is named in the deadline's message."""
+    from relay.clients import connect_redis, locate_primary, ping_redis
 
-    ping_redis(connect_redis(settings), settings)
+    client = connect_redis(settings)
+    try:
+        primary = None
+        if settings.sentinel is not None:
+            primary = locate_primary(settings)
+            check.what = f"Redis at {settings.redacted}: primary {primary}"
+            check.detail = f", primary {primary}"
+        ping_redis(client, settings, primary=primary)
+    finally:
+        client.close()
 
 
-def _ping_docker(docker_env):
+def _ping_docker(docker_env, check):
     from relay.clients import connect_docker
 
     connect_docker(docker_env).close()

@@ -219,6 +219,10 @@ class SentinelRedis:
                 return reply[0].decode(), int(reply[1])
         return None
 
+    def sentinel_state(self, index):
+        """What Sentinel *index* knows of the master (redis-py's parsed SENTINEL MASTER)."""
+        return self._sentinel_client(self.sentinels[index]).sentinel_master(self.master)
+
     def node_at(self, address):
         return next(node for node in self.data if node.address == tuple(address))
 
