@@ -119,3 +119,25 @@ def test_the_replica_must_be_linked_and_hold_what_the_primary_holds(tmp_path):
         assert verdict.problems == ["the replica is not a linked replica (role 'master', link None)"]
     finally:
         redis.stop()
+
+
+# --- entries never delivered: from the ids, not Redis's lag -------------------------
+
+
+def test_undelivered_goes_by_the_last_delivered_id_when_the_lag_is_wrong(redis_client):
+    from tests.fleet.verdict import undelivered
+
+    ids = [redis_client.xadd("events", {"seq": seq}) for seq in range(5)]
+    redis_client.xgroup_create("events", "relay", id="0")
+    assert undelivered(redis_client, "events", "relay") == 5
+    redis_client.xreadgroup("relay", "worker-1", {"events": ">"})
+    assert undelivered(redis_client, "events", "relay") == 0
+    # what a promoted replica may hold (redis/redis#12898): all delivered, entries-read behind
+    redis_client.execute_command("XGROUP", "SETID", "events", "relay", ids[-1], "ENTRIESREAD", 1)
+    assert redis_client.xinfo_groups("events")[0]["lag"] == 4
+    assert undelivered(redis_client, "events", "relay") == 0
+    # and the other way: two entries not delivered, entries-read ahead
+    redis_client.execute_command("XGROUP", "SETID", "events", "relay", ids[2], "ENTRIESREAD", 5)
+    assert redis_client.xinfo_groups("events")[0]["lag"] == 0
+    assert undelivered(redis_client, "events", "relay") == 2
+    assert undelivered(redis_client, "events", "nobody") == -1
