@@ -2,11 +2,15 @@
 
     .venv/bin/python -m tests.fleet [--runs 3] [--events 2000] [--seconds 150]
                                     [--pyz relay.pyz] [--root /var/tmp/relay-fleet]
-                                    [--seed N] [--write docs/fleet.md]
+                                    [--seed N] [--write docs/fleet.md] [--sentinel]
 
 Without --pyz it builds relay.pyz first (build_zipapp.py). It needs what
 scripts/setup installs (dockerd, redis-server, the local base images) and root
 (namespaces, a private dockerd). Exits 1 unless every run passed.
+
+--sentinel runs the fleet on Redis under Sentinel (a primary, a replica, three
+Sentinels) with failovers for the Redis faults; --write then replaces the
+Sentinel runs' own section of the file.
 """
 
 import argparse
@@ -31,6 +35,7 @@ def main(argv=None):
     parser.add_argument("--root", type=Path, default=DEFAULT_ROOT)
     parser.add_argument("--seed", type=int, default=None)
     parser.add_argument("--write", type=Path, help="replace the summary section of this markdown file")
+    parser.add_argument("--sentinel", action="store_true", help="Redis under Sentinel; failovers for its faults")
     args = parser.parse_args(argv)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))   # so each run's cleanup runs
 
@@ -39,7 +44,7 @@ def main(argv=None):
     for number in range(1, args.runs + 1):
         seed = args.seed + number if args.seed is not None else int(time.time())
         print(f"fleet: run {number}/{args.runs} (seed {seed})", flush=True)
-        report = Fleet(pyz, args.root, seed).run(args.events, args.seconds,
+        report = Fleet(pyz, args.root, seed, sentinel=args.sentinel).run(args.events, args.seconds,
                                                  progress=lambda text: print(text, flush=True))
         reports.append(report)
         for problem in report.verdict.problems[:50]:
@@ -51,7 +56,7 @@ def main(argv=None):
     print(table)
     print(f"\n{machine()}; {time.strftime('%Y-%m-%d')}; `{command.strip()}`")
     if args.write:
-        write_section(args.write, table, command.strip())
+        write_section(args.write, table, command.strip(), sentinel=args.sentinel)
     return 0 if all(report.verdict.passed for report in reports) else 1
 
 

@@ -2,6 +2,7 @@
 
 import threading
 import time
+from dataclasses import dataclass
 
 FAULT_TIMELINE = (   # seconds after the producer starts, name
     (10, "malformed burst"),
@@ -13,6 +14,19 @@ FAULT_TIMELINE = (   # seconds after the producer starts, name
     (125, "SIGKILL a worker"),
     (140, "malformed burst"),
 )
+# Under Sentinel (--sentinel) the two Redis faults become failovers: the second
+# one makes the first primary primary again.
+SENTINEL_FAULTS = {"Redis DEBUG SLEEP 8": "SIGKILL the primary", "Redis SIGKILL + restart (AOF)": "failover back"}
+SENTINEL_TIMELINE = tuple((at, SENTINEL_FAULTS.get(name, name)) for at, name in FAULT_TIMELINE)
+REJOIN_PAUSE = 3    # seconds between the promotion and starting the killed primary again
+
+
+@dataclass
+class Failover:
+    killed: str         # the data node that was primary
+    promoted: str
+    seconds: float      # from the SIGKILL until every Sentinel named the promoted node and it was primary
+    rejoined: float     # from starting the killed node again until it was a linked replica
 
 
 class Faults:
@@ -21,6 +35,7 @@ class Faults:
         self.rng = rng
         self.record = []    # (name, started at, seconds, detail)
         self.windows = []   # (start, end) of each fault in Unix time, for the limits' verdict
+        self.failovers = []  # Failover, under Sentinel
         self.errors = []
         self.finished = threading.Event()
 
@@ -32,9 +47,12 @@ class Faults:
             "Redis DEBUG SLEEP 8": self.redis_sleep,
             "Docker engine restart": self.docker_restart,
             "Redis SIGKILL + restart (AOF)": self.redis_restart,
+            "SIGKILL the primary": self.kill_primary,
+            "failover back": self.kill_primary,
         }
+        timeline = SENTINEL_TIMELINE if self.fleet.sentinel else FAULT_TIMELINE
         try:
-            for at, name in FAULT_TIMELINE:
+            for at, name in timeline:
                 moment = start + (at + self.rng.uniform(-4, 4)) * scale
                 time.sleep(max(0.0, moment - time.monotonic()))
                 began = time.monotonic()
@@ -46,7 +64,6 @@ class Faults:
             self.errors.append(f"{type(error).__name__}: {error}")
         finally:
             self.finished.set()
-
     def malformed_burst(self):
         return f"{self.fleet.producer.malformed_burst()} entries"
 
@@ -73,3 +90,19 @@ class Faults:
         time.sleep(3)
         self.fleet.redis.start()
         return "down ~3s"
+
+    def kill_primary(self):
+        """SIGKILL the primary, wait for the Sentinels to promote the replica, start the killed
+        node again a little later (it comes back as a replica) and wait until it is linked."""
+        redis = self.fleet.redis
+        old = redis.kill_primary()
+        seconds = redis.wait_failover(old)
+        promoted = redis.primary()
+        time.sleep(REJOIN_PAUSE)
+        began = time.monotonic()
+        old.start()
+        redis.wait_settled(timeout=120)
+        failover = Failover(old.name, promoted.name, round(seconds, 1), round(time.monotonic() - began, 1))
+        self.failovers.append(failover)
+        return (f"{failover.killed} killed, {failover.promoted} promoted in {failover.seconds:.1f}s; "
+                f"{failover.killed} a linked replica again {failover.rejoined:.1f}s after its start")

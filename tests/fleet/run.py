@@ -1,4 +1,10 @@
-"""One fleet run: services, three workers, the producer and the faults, then the verdict."""
+"""One fleet run: services, three workers, the producer and the faults, then the verdict.
+
+With *sentinel*, Redis is a primary, a replica and three Sentinels
+(tests/support/sentinel.py): the workers find the primary through the
+Sentinels, the producer waits for a replica to confirm each add, the two Redis
+faults are failovers, and the verdict also checks that both data nodes agree.
+"""
 
 import random
 import shutil
@@ -12,10 +18,11 @@ import redis
 from tests.fleet.errors import FleetError
 from tests.fleet.faults import Faults
 from tests.fleet.functions import write_functions
-from tests.fleet.producer import Producer
+from tests.fleet.producer import Producer, ReplicatedProducer
 from tests.fleet.services import PersistentRedis, PrivateDocker
-from tests.fleet.verdict import judge, undelivered
+from tests.fleet.verdict import judge, judge_replicas, undelivered
 from tests.fleet.workers import FleetWorker, prepare_mount_points, worker_environment
+from tests.support.sentinel import SentinelRedis
 
 HOSTNAMES = ("fleet-a", "fleet-b", "fleet-c")
 BASE_IMAGES = ("python:3.14-slim", "node:24-alpine")
@@ -37,16 +44,21 @@ class RunReport:
     error_lines: int
     run_dir: Path
     notes: list = field(default_factory=list)
+    sentinel: bool = False
+    failovers: list = field(default_factory=list)   # faults.Failover, under Sentinel
+    unconfirmed_adds: int = 0
 
 
 class Fleet:
-    def __init__(self, pyz, root, seed):
+    def __init__(self, pyz, root, seed, sentinel=False):
         self.root = Path(root)
         self.run_dir = self.root / time.strftime("run-%Y%m%d-%H%M%S")
         self.rng = random.Random(seed)
         self.pyz = pyz
         self.docker = PrivateDocker(self.root / "docker")
-        self.redis = PersistentRedis(self.run_dir / "redis")
+        self.sentinel = sentinel
+        self.redis = (SentinelRedis(self.run_dir / "redis", persistent=True) if sentinel
+                      else PersistentRedis(self.run_dir / "redis"))
         self.workers = []
         self.producer = None
 
@@ -73,7 +85,8 @@ class Fleet:
         functions_dir = self.run_dir / "functions"
         write_functions(functions_dir)
         prepare_mount_points()
-        environment = worker_environment(self.redis.address, self.docker.host, self.run_dir / "pyz-cache")
+        redis_uri, extra = (self.redis.uri(), self.redis.environment()) if self.sentinel else (self.redis.address, {})
+        environment = worker_environment(redis_uri, self.docker.host, self.run_dir / "pyz-cache", **extra)
         self.workers = [FleetWorker(name, self.pyz, functions_dir, self.run_dir, environment) for name in HOSTNAMES]
         for worker in self.workers:
             worker.start()
@@ -82,7 +95,9 @@ class Fleet:
         progress(f"fleet: {len(self.workers)} workers started in {time.monotonic() - started:.0f}s; "
                  f"adding {events} events over {seconds}s under faults")
 
-        self.producer = Producer(self.redis, self.run_dir.name, self.rng)
+        producer = ReplicatedProducer if self.sentinel else Producer
+        self.producer = producer(self.redis_client(socket_timeout=5, socket_connect_timeout=2), self.run_dir.name,
+                                 self.rng)
         faults = Faults(self, self.rng)
         supervising = threading.Event()
         supervisor = threading.Thread(target=self._supervise, args=(supervising, progress), daemon=True)
@@ -106,11 +121,13 @@ class Fleet:
         exit_codes = {worker.hostname: worker.stop() for worker in self.workers}
         progress(f"fleet: drained in {drain_seconds:.0f}s; workers stopped {exit_codes}")
 
-        client = self.redis.client()
+        client = self.redis_client()
         outputs = [path for worker in self.workers for path in worker.outputs()]
         verdict = judge(client=client, produced=self.producer.events, output_paths=outputs, hostnames=HOSTNAMES,
                         fault_windows=faults.windows)
         client.close()
+        if self.sentinel:
+            self._judge_replicas(verdict)
         for hostname, code in exit_codes.items():
             if code != 0:
                 verdict.fail(f"worker {hostname} exited with {code} after SIGTERM")
@@ -123,7 +140,19 @@ class Fleet:
             retried_adds=self.producer.retried_adds,
             error_lines=sum(log.read_text(errors="replace").count("level=ERROR")
                             for worker in self.workers for log in worker.logs()),
-            run_dir=self.run_dir)
+            run_dir=self.run_dir, sentinel=self.sentinel, failovers=faults.failovers,
+            unconfirmed_adds=self.producer.unconfirmed_adds)
+
+    def redis_client(self, **options):
+        """A client of the fleet's Redis; under Sentinel it follows the primary."""
+        return self.redis.sentinel_client(**options) if self.sentinel else self.redis.client(**options)
+
+    def _judge_replicas(self, verdict):
+        primary, replica = self.redis.primary(), self.redis.replica()
+        clients = [self.redis.client(node, socket_timeout=10) for node in (primary, replica)]
+        judge_replicas(verdict, *clients, streams=("events", "relay:events:dlq"))
+        for client in clients:
+            client.close()
 
     def _supervise(self, done, progress):
         while not done.wait(1.0):
@@ -145,7 +174,7 @@ class Fleet:
 
     def _wait_drained(self, progress):
         """Until every entry was delivered and nothing is pending, three checks in a row."""
-        client = self.redis.client(socket_timeout=5)
+        client = self.redis_client(socket_timeout=5)
         deadline = time.monotonic() + DRAIN_TIMEOUT
         quiet, last_report = 0, 0.0
         while quiet < 3:

@@ -88,3 +88,56 @@ def test_one_account_running_twice_at_once_fails_outside_faults(tmp_path):
     verdict = Verdict()
     judge_limits(verdict, _output(tmp_path, overlapping), fault_windows=[(95.0, 99.5)])
     assert verdict.problems == [] and verdict.key_concurrency == 2
+
+
+# --- under Sentinel: both data nodes agree at the end --------------------------------
+
+
+@pytest.mark.integration
+def test_the_replica_must_be_linked_and_hold_what_the_primary_holds(tmp_path):
+    from tests.fleet.verdict import Verdict, judge_replicas
+    from tests.support.sentinel import SentinelRedis
+
+    redis = SentinelRedis(tmp_path).start()
+    try:
+        primary, replica = redis.client(), redis.client(redis.replica())
+        for seq in range(5):
+            primary.xadd("events", {"seq": seq})
+        verdict = Verdict()
+        judge_replicas(verdict, primary, replica, streams=("events",))
+        assert verdict.problems == []
+
+        replica.config_set("replica-read-only", "no")
+        replica.xadd("events", {"seq": "only on the replica"})
+        verdict = Verdict()
+        judge_replicas(verdict, primary, replica, streams=("events",))
+        assert verdict.problems == ["events: 5 entries on the primary, 6 on the replica"]
+
+        replica.execute_command("REPLICAOF", "NO", "ONE")
+        verdict = Verdict()
+        judge_replicas(verdict, primary, replica, streams=("events",))
+        assert verdict.problems == ["the replica is not a linked replica (role 'master', link None)"]
+    finally:
+        redis.stop()
+
+
+# --- entries never delivered: from the ids, not Redis's lag -------------------------
+
+
+def test_undelivered_goes_by_the_last_delivered_id_when_the_lag_is_wrong(redis_client):
+    from tests.fleet.verdict import undelivered
+
+    ids = [redis_client.xadd("events", {"seq": seq}) for seq in range(5)]
+    redis_client.xgroup_create("events", "relay", id="0")
+    assert undelivered(redis_client, "events", "relay") == 5
+    redis_client.xreadgroup("relay", "worker-1", {"events": ">"})
+    assert undelivered(redis_client, "events", "relay") == 0
+    # what a promoted replica may hold (redis/redis#12898): all delivered, entries-read behind
+    redis_client.execute_command("XGROUP", "SETID", "events", "relay", ids[-1], "ENTRIESREAD", 1)
+    assert redis_client.xinfo_groups("events")[0]["lag"] == 4
+    assert undelivered(redis_client, "events", "relay") == 0
+    # and the other way: two entries not delivered, entries-read ahead
+    redis_client.execute_command("XGROUP", "SETID", "events", "relay", ids[2], "ENTRIESREAD", 5)
+    assert redis_client.xinfo_groups("events")[0]["lag"] == 0
+    assert undelivered(redis_client, "events", "relay") == 2
+    assert undelivered(redis_client, "events", "nobody") == -1

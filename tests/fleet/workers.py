@@ -95,9 +95,9 @@ class FleetWorker:
         return sorted(self.log_dir.glob("run*.err"))
 
 
-def worker_environment(redis_address, docker_host, pyz_cache):
-    return base_env(REDIS_URI=redis_address, REDIS_STREAM="events", REDIS_GROUP="relay", DOCKER_HOST=docker_host,
-                    MAX_CONCURRENCY="4", LOG_LEVEL="INFO", RELAY_PYZ_CACHE=str(pyz_cache))
+def worker_environment(redis_uri, docker_host, pyz_cache, **extra):
+    return base_env(REDIS_URI=redis_uri, REDIS_STREAM="events", REDIS_GROUP="relay", DOCKER_HOST=docker_host,
+                    MAX_CONCURRENCY="4", LOG_LEVEL="INFO", RELAY_PYZ_CACHE=str(pyz_cache), **extra)
 
 
 def prepare_mount_points():
