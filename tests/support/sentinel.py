@@ -130,7 +130,7 @@ class SentinelRedis:
                           self._data_config(index, port, ports[0], persistent))
                      for index, port in enumerate(ports[:2])]
         self.sentinels = [Node(f"sentinel-{index}", self.directory / f"sentinel-{index}", port,
-                               self._sentinel_config(port, ports[0], down_after_ms), sentinel=True)
+                               self._sentinel_config(index, port, ports[0], down_after_ms), sentinel=True)
                           for index, port in enumerate(ports[2:])]
 
     def _data_config(self, index, port, primary_port, persistent):
@@ -144,8 +144,9 @@ class SentinelRedis:
             lines.append(f"replicaof 127.0.0.1 {primary_port}")
         return "\n".join(lines) + "\n"
 
-    def _sentinel_config(self, port, primary_port, down_after_ms):
-        lines = [f"port {port}", "bind 127.0.0.1", f'dir "{self.directory}"', 'logfile "redis.log"',
+    def _sentinel_config(self, index, port, primary_port, down_after_ms):
+        lines = [f"port {port}", "bind 127.0.0.1", f'dir "{self.directory / f"sentinel-{index}"}"',
+                 'logfile "redis.log"',
                  f"sentinel monitor {self.master} 127.0.0.1 {primary_port} 2",
                  f"sentinel down-after-milliseconds {self.master} {down_after_ms}",
                  f"sentinel failover-timeout {self.master} {FAILOVER_TIMEOUT_MS}",
