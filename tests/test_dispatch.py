@@ -349,6 +349,22 @@ def test_dlq_write_failure_leaves_the_entry_pending(engine):
     assert engine.pending() == 0 and len(engine.dlq()) == 2
 
 
+def test_the_dead_letter_entry_and_the_acknowledgment_are_one_script(engine):
+    """Redis replicates and persists a script's writes together: a failover or a crash can never keep
+    the dead-letter entry and lose the XACK (which would dead-letter the entry twice)."""
+    with engine.client.monitor() as monitor:
+        message_id = engine.publish("{broken")
+        engine.read()
+        commands = []
+        while not commands or commands[-1]["command"].split()[0] != "XACK":
+            commands.append(monitor.next_command())
+    dead_letter = [command for command in commands if command["command"].split()[0] in ("XADD", "XACK")][-2:]
+    assert [command["command"].split()[:2] for command in dead_letter] == [
+        ["XADD", dlq_stream(STREAM)], ["XACK", STREAM]]
+    assert all(command["client_type"] == "lua" for command in dead_letter), dead_letter
+    assert engine.pending() == 0 and [entry["original_id"] for entry in engine.dlq()] == [message_id]
+
+
 def test_a_vanished_function_stops_gating(engine):
     engine.executor.program("first.handler", Result(ok=False, exit_code=1))
     message_id = engine.publish({"kind": "order"})

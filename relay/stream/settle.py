@@ -3,7 +3,10 @@
 Acknowledge it, or dead-letter it and then acknowledge, or leave it pending.
 The dead-letter entry is always written before the acknowledgment; when the
 write fails, the entry is left pending so the next recovery pass tries again
-instead of losing it.
+instead of losing it. Both are one Lua script (``_DEAD_LETTER``): Redis
+replicates and persists a script's writes together, so no crash or
+failover can keep the dead-letter entry and lose the acknowledgment, which
+would dead-letter the entry a second time.
 """
 
 from __future__ import annotations
@@ -33,6 +36,16 @@ def takes_prelude(settlement: Settlement) -> bool:
 
 log = logging.getLogger("relay.stream.settle")
 
+# KEYS: the dead-letter stream, the stream, the entry's invocation state. ARGV: the group, the entry's id,
+# then the dead-letter entry's fields and values. An XADD that fails (a key of another type) stops the
+# script before the XACK: the entry stays pending.
+_DEAD_LETTER = """
+redis.call('XADD', KEYS[1], '*', unpack(ARGV, 3))
+redis.call('XACK', KEYS[2], ARGV[1], ARGV[2])
+redis.call('DEL', KEYS[3])
+return 1
+"""
+
 
 class Settler:
     def __init__(self, client: redis.Redis, address: StreamAddress, observer: seams.Observer) -> None:
@@ -40,6 +53,7 @@ class Settler:
         self.address = address
         self.observer = observer
         self.dlq = dlq_stream(address.stream)
+        self._dead_letter_script = client.register_script(_DEAD_LETTER)
 
     def settle(self, plan: Plan, settlement: Settlement, prelude: Prelude | None = None) -> bool:
         """Carry out *settlement* for *plan*'s entry; False when Redis failed (the entry stays pending).
@@ -122,7 +136,7 @@ class Settler:
 
     def _dead_letter(self, message_id: str, payload: str | bytes | None, reason: str, attempts: int,
                      event_bytes: int = 0) -> bool:
-        """Write the entry to the dead-letter stream, then acknowledge it.
+        """Write the entry to the dead-letter stream, then acknowledge it and clear its state, in one script.
 
         *payload* is the event as text, or as bytes when it is not UTF-8; with
         *event_bytes* set, it is only the start of an event that size, and the
@@ -140,12 +154,15 @@ class Settler:
         }
         if event_bytes:
             fields.update({keys.DLQ_TRUNCATED: "true", keys.DLQ_EVENT_BYTES: str(event_bytes)})
+        stream, group = self.address.stream, self.address.group
         try:
-            self.client.xadd(self.dlq, fields)
+            self._dead_letter_script(
+                keys=[self.dlq, stream, keys.invocation_key(stream, group, message_id)],
+                args=[group, message_id, *(item for pair in fields.items() for item in pair)])
         except redis.RedisError as error:
             log.error("Cannot write to the dead-letter stream; the entry stays pending",
                       extra={"message_id": message_id, "dlq": self.dlq, "error": str(error)})
             return False
         log.error("Entry dead-lettered", extra={
             "message_id": message_id, "dlq": self.dlq, "reason": reason, "attempts": attempts})
-        return self._ack([message_id])
+        return True
