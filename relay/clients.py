@@ -8,6 +8,7 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
+from relay.config import host_port
 from relay.errors import DependencyError, reason
 from relay.speedups import log_in_use
 
@@ -95,17 +96,13 @@ def locate_primary(settings):
         client = redis.Redis(host=host, port=port, **_sentinel_options(settings))
         try:
             state = client.sentinel_master(sentinel.master)
-        except redis.ResponseError as error:
-            if "no such master" in str(error).lower():
-                continue
-            failures.append((_address(host, port), _sentinel_refusal(error, settings)))
-            continue
         except redis.RedisError as error:
-            failures.append((_address(host, port), _sentinel_refusal(error, settings)))
+            if not (isinstance(error, redis.ResponseError) and "no such master" in str(error).lower()):
+                failures.append((host_port(host, port), _sentinel_refusal(error, settings)))
             continue
         finally:
             client.close()
-        primary = _address(state["ip"], state["port"])
+        primary = host_port(state["ip"], state["port"])
         if state["is_master"] and not (state["is_sdown"] or state["is_odown"]):
             return primary
         down = primary
@@ -129,10 +126,6 @@ def _sentinel_refusal(error, settings):
             return "it asks for a password; set REDIS_SENTINEL_PASSWORD"
         return "it refused REDIS_SENTINEL_PASSWORD"
     return text
-
-
-def _address(host, port):
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
 def connect_docker(docker_env):

@@ -47,7 +47,7 @@ class SentinelSettings:
 
     @property
     def hosts(self):
-        return ",".join(f"{_bracket(host)}:{port}" for host, port in self.addresses)
+        return ",".join(host_port(host, port) for host, port in self.addresses)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -75,7 +75,7 @@ class RedisSettings:
             scheme = "rediss+sentinel" if self.tls else "redis+sentinel"
             return f"{scheme}://{login}{self.sentinel.hosts}/{self.sentinel.master}/{self.db}"
         scheme = "rediss" if self.tls else "redis"
-        return f"{scheme}://{login}{_bracket(self.host)}:{self.port}/{self.db}"
+        return f"{scheme}://{login}{host_port(self.host, self.port)}/{self.db}"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -84,7 +84,7 @@ class ListenAddress:
     port: int
 
     def __str__(self):
-        return f"{_bracket(self.host)}:{self.port}"
+        return host_port(self.host, self.port)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -370,6 +370,11 @@ def _redacted(value):
     start = scheme.end() if scheme else 0
     user, colon, _ = login[start:].partition(":")
     return f"{login[:start]}{user + ':***' if colon else '***'}@{rest}{masked_options}"
+
+
+def host_port(host, port):
+    """"host:port", with an IPv6 host in brackets."""
+    return f"{_bracket(host)}:{port}"
 
 
 def _bracket(host):
