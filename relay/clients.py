@@ -21,8 +21,12 @@ COMMAND_TIMEOUT = 15.0
 SENTINEL_TIMEOUT = 1.5  # seconds for a Sentinel to answer where the primary is; the next one is asked then
 
 
-def connect_redis(settings):
+def connect_redis(settings, max_reply_bytes=None):
     """A Redis client for *settings*; it connects lazily, see ``ping_redis``.
+
+    With *max_reply_bytes*, a reply that grows past it raises ReplyTooLarge
+    and drops its connection unread (relay.reply_cap): the worker's client
+    is built so, to hold no more than its limits whatever producers write.
 
     With Sentinels, the client asks them for the current primary whenever it
     opens a connection, and drops connections to a primary that lost its
@@ -47,8 +51,14 @@ def connect_redis(settings):
         retry=Retry(NoBackoff(), 0),
     )
     if settings.sentinel is None:
-        return redis.Redis(host=settings.host, port=settings.port, **options)
-    return _sentinels(settings).master_for(settings.sentinel.master, **options)
+        client = redis.Redis(host=settings.host, port=settings.port, **options)
+    else:
+        client = _sentinels(settings).master_for(settings.sentinel.master, **options)
+    if max_reply_bytes is not None:
+        from relay.reply_cap import cap_replies
+
+        cap_replies(client, max_reply_bytes)
+    return client
 
 
 def _sentinels(settings):

@@ -6,6 +6,7 @@ must not crash (the start, a command, a dispatch) catches one class:
     RelayError
         ConfigError             an environment variable Relay cannot accept
         DependencyError         Redis or the Docker engine
+        ReplyTooLarge           a Redis reply over what this worker holds
         DurationError           a Go duration string
         TemplateError           a function's name, template or pattern
             MissingTemplate
@@ -48,6 +49,10 @@ class ConfigError(RelayError):
 
 class DependencyError(RelayError):
     """Redis or the Docker engine cannot be reached or refused a request."""
+
+
+class ReplyTooLarge(RelayError):
+    """A Redis reply grew past the worker's cap; the connection was dropped with the rest unread."""
 
 
 class DurationError(RelayError):

@@ -124,11 +124,13 @@ class Supervisor:
 
     def _connect(self):
         from relay.clients import connect_docker, connect_redis, ping_redis
+        from relay.stream.consumer import max_reply_bytes
 
-        self.redis = connect_redis(self.config.redis)
-        ping_redis(self.redis, self.config.redis)
-        log.debug("Redis reachable", extra={"redis": self.config.redis.redacted})
-        self.docker = connect_docker(self.config.docker_env)
+        config = self.config
+        self.redis = connect_redis(config.redis, max_reply_bytes(config.max_buffered_events, config.max_event_bytes))
+        ping_redis(self.redis, config.redis)
+        log.debug("Redis reachable", extra={"redis": config.redis.redacted})
+        self.docker = connect_docker(config.docker_env)
         log.debug("Docker engine reachable")
 
     def _start_engine(self):

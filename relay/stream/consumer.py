@@ -25,27 +25,39 @@ waiting for a slot or held for its backoff) is idle in Redis as far as
 XAUTOCLAIM can tell, so the reclaimer may hand this worker its own entry
 back. Such an entry is skipped: its dispatch is still running and will
 settle it.
+
+What one worker holds is bounded whatever producers write. The reclaimer
+and a retry taken back claim through a script that measures each entry in
+Redis and sends one over the limits as its sizes only (relay.stream.claims).
+XREADGROUP cannot do that, so the worker's client caps each reply
+(relay.reply_cap, at ``max_reply_bytes``: a full buffer of entries at the
+limits). A read that passes the cap is dropped unread, and the entries it
+delivered here are claimed again through the script (``_claim_dropped``).
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from typing import cast
 
 import redis
 from gevent.event import Event
+from gevent.lock import Semaphore
 from gevent.pool import Group
 from redis.typing import KeyT, StreamIdT
 
 from relay.config import DEFAULT_MAX_EVENT_BYTES
+from relay.errors import ReplyTooLarge
 from relay.stream import seams
+from relay.stream.claims import Claims
 from relay.stream.group import ensure_group, is_missing_group
 from relay.stream.keys import REDRIVEN_FROM_FIELD, StreamAddress
-from relay.stream.plans import plan_entry
+from relay.stream.plans import MAX_OTHER_FIELD_BYTES, Oversized, plan_entry
 from relay.stream.resilience import Outage
 from relay.stream.verdict import Cause, decide_settlement
 
-Entries = list[tuple[bytes | str, dict[bytes, bytes] | None]]
+Entries = list[tuple[bytes | str, dict[bytes, bytes] | Oversized | None]]
 StreamResponse = list[tuple[bytes, Entries]]   # XREADGROUP's reply: (stream, entries) pairs
 
 log = logging.getLogger("relay.stream.consumer")
@@ -53,6 +65,18 @@ log = logging.getLogger("relay.stream.consumer")
 READ_BLOCK_MS = 2000
 RECLAIM_INTERVAL = 60.0   # seconds; fixed internals, shorter only in tests
 MIN_IDLE = 60.0
+REPLY_SLACK = 1024 * 1024   # bytes over a full buffer's worth that a read's reply may hold: ids, names, framing
+PENDING_PAGE = 100          # entries of this consumer's pending list looked at per XPENDING
+
+
+def max_reply_bytes(max_buffered_events: int, max_event_bytes: int) -> int:
+    """The largest reply the worker's client reads: a full buffer of entries at the limits, with room to spare.
+
+    Each entry may hold its event up to *max_event_bytes* and other fields up
+    to MAX_OTHER_FIELD_BYTES; twice that covers the names and framing of an
+    entry of many small fields. A larger reply is dropped (relay.reply_cap).
+    """
+    return max_buffered_events * (max_event_bytes + 2 * MAX_OTHER_FIELD_BYTES) + REPLY_SLACK
 
 
 class Buffer:
@@ -103,6 +127,8 @@ class Consumer:
         self.stopping = Event()
         self.dispatches = Group()
         self.in_flight: set[str] = set()    # message ids whose dispatch is running here
+        self._claiming = Semaphore()        # one claim of entries pending here at a time (see _claim_dropped)
+        self.claims = Claims(client, address)
         self._unacked: list[bytes | str] = []   # ids that matched nothing, as read; acknowledged with the next read
 
     # --- loops --------------------------------------------------------------------
@@ -138,21 +164,28 @@ class Consumer:
         if limit is not None:
             count = min(count, limit)
         streams: dict[KeyT, StreamIdT] = {address.stream: ">"}
-        if acks:
-            pipe = self.client.pipeline(transaction=False)
-            self.settler.queue_unmatched(pipe, acks)
-            pipe.xreadgroup(address.group, address.consumer, streams, count=count)
-            try:
-                ack_reply, response = pipe.execute(raise_on_error=False)
-            except redis.RedisError as error:
-                self._acknowledged(acks, error)
-                raise
-            self._acknowledged(acks, ack_reply)
-            if isinstance(response, Exception):
-                raise response
-        else:
-            response = self.client.xreadgroup(address.group, address.consumer, streams, count=count,
-                                              block=self.block_ms)
+        started = time.monotonic()
+        try:
+            if acks:
+                pipe = self.client.pipeline(transaction=False)
+                self.settler.queue_unmatched(pipe, acks)
+                pipe.xreadgroup(address.group, address.consumer, streams, count=count)
+                try:
+                    ack_reply, response = pipe.execute(raise_on_error=False)
+                except ReplyTooLarge:
+                    self._acknowledged(acks, len(acks))   # its reply came whole, before the read's passed the cap
+                    raise
+                except redis.RedisError as error:
+                    self._acknowledged(acks, error)
+                    raise
+                self._acknowledged(acks, ack_reply)
+                if isinstance(response, Exception):
+                    raise response
+            else:
+                response = self.client.xreadgroup(address.group, address.consumer, streams, count=count,
+                                                  block=self.block_ms)
+        except ReplyTooLarge as error:
+            return self._claim_dropped(error, started)
         read = 0
         for _stream, entries in cast("StreamResponse", response) or ():
             if entries:
@@ -160,6 +193,38 @@ class Consumer:
                 self._unacked += self._plan_batch(entries)
                 read += len(entries)
         return read
+
+    def _claim_dropped(self, error: ReplyTooLarge, started: float) -> int:
+        """Claim again, measured in Redis, the entries a read dropped for its size delivered here; how many.
+
+        They are this consumer's pending entries delivered since the read
+        started and not in hand here (no dispatch of theirs is running). An
+        entry left pending here by a dispatch that just ended may be among
+        them; it is planned again, which its invocation state makes harmless.
+        """
+        since_ms = int((time.monotonic() - started) * 1000) + 1000
+        log.warning("A read brought more than this worker holds; its entries are read again, measured first",
+                    extra={"error": str(error)})
+        with self._claiming:
+            ids = self._delivered_within(since_ms)[:self.buffer.free()]
+            entries = self.claims.claim(ids, self.max_event_bytes)
+            if entries:
+                self.accept(entries)
+        return len(entries)
+
+    def _delivered_within(self, since_ms: int) -> list[str]:
+        """Ids of this consumer's pending entries delivered in the last *since_ms*, none of them in hand here."""
+        address, start, found = self.address, "-", []
+        while True:
+            page = self.client.xpending_range(address.stream, address.group, min=start, max="+",
+                                              count=PENDING_PAGE, consumername=address.consumer)
+            for pending in page:
+                message_id = pending["message_id"].decode()
+                if pending["time_since_delivered"] <= since_ms and message_id not in self.in_flight:
+                    found.append(message_id)
+            if len(page) < PENDING_PAGE:
+                return found
+            start = "(" + page[-1]["message_id"].decode()
 
     def flush_acks(self) -> None:
         """Acknowledge now the entries waiting to go with the next read (the read loop is ending)."""
@@ -191,19 +256,18 @@ class Consumer:
         what lets a fleet catch up after an outage left hundreds of entries
         pending: one buffer's worth per interval would take hours.
         """
-        start, address = "0-0", self.address
+        start = "0-0"
         while not self.stopping.is_set():
             if not self.buffer.wait_for_space(timeout=self.reclaim_interval / 2):
                 log.debug("Buffer full; reclaiming the rest next time")
                 return
-            free = self.buffer.free()
-            next_start, entries, *_ = self.client.xautoclaim(
-                address.stream, address.group, address.consumer, min_idle_time=self.min_idle_ms, start_id=start,
-                count=free)
-            if entries:
-                log.debug("Reclaimed entries", extra={"count": len(entries)})
-                self.accept(entries)
-            if next_start in (b"0-0", "0-0"):
+            with self._claiming:
+                next_start, entries = self.claims.claim_idle(self.min_idle_ms, start, self.buffer.free(),
+                                                                self.max_event_bytes)
+                if entries:
+                    log.debug("Reclaimed entries", extra={"count": len(entries)})
+                    self.accept(entries)
+            if next_start == "0-0":
                 return
             start = next_start
 
@@ -245,7 +309,7 @@ class Consumer:
                           extra={"message_id": message_id})
                 self.buffer.release()
                 continue
-            if fields and REDRIVEN_FROM_FIELD in fields:
+            if type(fields) is dict and REDRIVEN_FROM_FIELD in fields:
                 log.info("Redriven entry received", extra={
                     "message_id": message_id, "redriven_from": fields[REDRIVEN_FROM_FIELD].decode("utf-8", "replace")})
             plan = plan_entry(message_id, fields, rules, waiting, self.max_event_bytes)
@@ -312,15 +376,12 @@ class Consumer:
         pending: another worker may have taken it over while it was held, run
         the retry and acknowledged it, and its state is gone with it.
         """
-        address = self.address
         try:
-            claimed = self.client.xclaim(address.stream, address.group, address.consumer, min_idle_time=0,
-                                         message_ids=[message_id])
+            [(_id, fields)] = self.claims.claim([message_id], self.max_event_bytes)   # gone: acknowledged meanwhile, or trimmed away
         except redis.RedisError as error:
             log.warning("Cannot claim a held entry for its retry; it stays pending for the reclaimer",
                         extra={"message_id": message_id, "error": str(error)})
             return None
-        fields = claimed[0][1] if claimed else None     # none: acknowledged meanwhile, or trimmed away
         plan = plan_entry(message_id, fields, self.catalog.rules(), self.catalog.waiting(), self.max_event_bytes)
         settlement = decide_settlement(plan)
         if settlement is None:

@@ -3,7 +3,9 @@
 A Plan is what the consumer, the dispatcher and the settle decision pass
 around for one entry; ``plan_entry`` makes it. Whatever an entry holds,
 planning it never raises: an event field over MAX_EVENT_BYTES is not read
-at all, an event too deep to decode or nested deeper than MAX_EVENT_DEPTH
+at all, nor an entry whose other fields hold more than MAX_OTHER_FIELD_BYTES
+together (such an entry may arrive already cut, as an ``Oversized``: see
+relay.stream.claims), an event too deep to decode or nested deeper than MAX_EVENT_DEPTH
 levels goes to no handler, and any other exception while decoding or
 matching makes that one entry malformed. A malformed entry is
 dead-lettered; the batch it came in goes on. The event is decoded by
@@ -24,7 +26,17 @@ log = logging.getLogger("relay.stream.plans")
 
 MAX_EVENT_DEPTH = 64        # nested objects and arrays, the event object itself being level 1
 KEPT_PREFIX_BYTES = 4096    # what a dead-letter entry keeps of an event over MAX_EVENT_BYTES
+MAX_OTHER_FIELD_BYTES = 64 * 1024   # the names and values of an entry's fields but its event, together
 TOO_DEEP = f"the event nests deeper than {MAX_EVENT_DEPTH} levels"
+
+
+@dataclass(frozen=True, slots=True)
+class Oversized:
+    """An entry measured in Redis and found over the limits: its sizes, and its event only as a dead letter keeps it."""
+
+    event: bytes | None     # the event field: whole when within MAX_EVENT_BYTES, else its first KEPT_PREFIX_BYTES
+    event_bytes: int        # the event field's size (0: no event field)
+    other_bytes: int        # the names and values of the other fields, together
 
 
 @dataclass(slots=True)
@@ -78,7 +90,7 @@ def plan_entry(message_id, fields, rules, waiting=(), max_event_bytes=DEFAULT_MA
     loaded but never built: an event one of them matches must wait for it,
     not be acknowledged without it. Never raises: an entry that cannot be
     read is a Plan with a problem; one trimmed away while pending (no
-    fields) is a trimmed Plan.
+    fields) is a trimmed Plan. *fields* may be an Oversized, always a problem.
     """
     if fields is None:
         return Plan(message_id, None, trimmed=True)
@@ -92,12 +104,17 @@ def plan_entry(message_id, fields, rules, waiting=(), max_event_bytes=DEFAULT_MA
 
 
 def _plan(message_id, fields, rules, waiting, max_event_bytes):
+    if type(fields) is Oversized:
+        return _oversized(message_id, fields, max_event_bytes)
     raw = fields.get(EVENT_FIELD)
     if raw is None:
         return Plan(message_id, None, problem="the entry has no 'event' field")
     if len(raw) > max_event_bytes:
-        return Plan(message_id, None, problem=f"event is {len(raw)} bytes, over MAX_EVENT_BYTES ({max_event_bytes})",
-                    raw=raw[:KEPT_PREFIX_BYTES], event_bytes=len(raw))
+        return _oversized(message_id, Oversized(raw[:KEPT_PREFIX_BYTES], len(raw), 0), max_event_bytes)
+    if len(fields) > 1:
+        other_bytes = sum(len(name) + len(value) for name, value in fields.items()) - len(EVENT_FIELD) - len(raw)
+        if other_bytes > MAX_OTHER_FIELD_BYTES:
+            return _oversized(message_id, Oversized(raw, len(raw), other_bytes), max_event_bytes)
     try:
         payload = raw.decode("utf-8")
     except UnicodeDecodeError as error:
@@ -122,6 +139,22 @@ def _plan(message_id, fields, rules, waiting, max_event_bytes):
     if (planned.targets or planned.waiting) and _too_deep(payload, event):
         return Plan(message_id, payload, problem=TOO_DEEP)
     return planned
+
+
+def _oversized(message_id, oversized, max_event_bytes):
+    """The plan of an entry over the limits: dead-lettered with what can be kept of its event."""
+    size, event = oversized.event_bytes, oversized.event
+    if size > max_event_bytes:
+        return Plan(message_id, None, problem=f"event is {size} bytes, over MAX_EVENT_BYTES ({max_event_bytes})",
+                    raw=event, event_bytes=size)
+    problem = (f"the fields other than 'event' hold {oversized.other_bytes} bytes, "
+               f"over the {MAX_OTHER_FIELD_BYTES} Relay reads")
+    if event is None:
+        return Plan(message_id, None, problem=problem)
+    try:
+        return Plan(message_id, event.decode("utf-8"), problem=problem)
+    except UnicodeDecodeError:
+        return Plan(message_id, None, problem=problem, raw=event)
 
 
 def _scheduled(message_id, payload, event, occurrence, snapshot, waiting):
