@@ -115,18 +115,18 @@ class Dispatcher:
         The images of every target are leased for the whole dispatch, so a
         reconcile that swaps a function meanwhile cannot remove the version
         this entry matched, even while it waits for a concurrency slot.
+        A schedule occurrence is first checked to be the entry the scheduler
+        published; any other is settled unrun.
         """
+        if plan.occurrence is not None and (refused := self._unpublished(plan)) is not None:
+            self.settler.settle(plan, refused)
+            return None
         with ExitStack() as leases:
             for image in dict.fromkeys(target.active.image for target in plan.targets):
                 leases.enter_context(self.leases.lease(image))
             return self._dispatch(plan)
 
     def _dispatch(self, plan):
-        if plan.occurrence is not None:
-            refused = self._unpublished(plan)
-            if refused is not None:
-                self.settler.settle(plan, refused)
-                return None
         stored = self.store.load(plan.message_id)
         outcomes = {}
         unwritten = None      # the field of a target that completed here, its marker not written yet
