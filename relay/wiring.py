@@ -24,6 +24,7 @@ from relay.stream.dispatcher import SLOT_WAIT, Dispatcher
 from relay.stream.invocations import InvocationStore
 from relay.stream.keys import StreamAddress
 from relay.stream.limits import FleetLimits
+from relay.stream.schedules import Provenance
 from relay.stream.settle import Settler
 from relay.stream.slots import Slots
 
@@ -68,8 +69,8 @@ def build_engine(client: redis.Redis, address: StreamAddress, *, catalog: seams.
     if limits is None:
         limits = FleetLimits(client, address)
     dispatcher = Dispatcher(stream=address.stream, store=store, settler=settler, executor=executor, slots=slots,
-                            observer=observer, environment=environment, leases=leases, limits=limits, clock=clock,
-                            slot_wait=slot_wait)
+                            observer=observer, environment=environment, leases=leases, limits=limits,
+                            provenance=Provenance(client), clock=clock, slot_wait=slot_wait)
     consumer = Consumer(client=client, address=address, catalog=catalog, dispatcher=dispatcher, settler=settler,
                         buffer=buffer, observer=observer, block_ms=block_ms, reclaim_interval=reclaim_interval,
                         min_idle=min_idle, max_event_bytes=max_event_bytes)

@@ -25,6 +25,8 @@ def test_entry_fields():
     assert (keys.EVENT, keys.SCHEDULE, keys.EVENT_FIELD, keys.SCHEDULE_FIELD) == (
         "event", "schedule", b"event", b"schedule")
     assert "'XADD', KEYS[2], '*', 'event', ARGV[3], 'schedule', ARGV[2]" in schedules._PUBLISH_IF_NEW
+    assert keys.DLQ_SCHEDULE == "schedule" and keys.SCHEDULE_UNRECORDED == "1"
+    assert keys.schedule_key("schedule:f:h:t") == keys.SCHEDULE_KEY_PREFIX + "schedule:f:h:t"
 
 
 def test_a_stream_address_is_one_immutable_value():

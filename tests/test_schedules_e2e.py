@@ -4,12 +4,12 @@ import json
 import re
 import signal
 import time
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from relay.stream.schedules import parse_occurrence_id
-from tests.support.workers import Worker, engine_env, harness_command, write_function
+from relay.stream.schedules import Occurrence, next_instant, parse_occurrence_id
+from tests.support.workers import Worker, engine_env, harness_command, wait_until, write_function
 
 TICK = """
 import json, sys, time
@@ -103,6 +103,58 @@ def test_an_occurrence_survives_the_worker_that_received_it(redis_server, redis_
         time.sleep(0.2)
     assert redis_client.xpending("events", "relay")["pending"] == 0
     assert second.stop() == 0
+
+
+CLOCK = """
+import os
+
+def handler(event):
+    print(f"ran {event['scheduled_at']} forged={event.get('forged', '-')} key={os.environ['RELAY_IDEMPOTENCY_KEY']}",
+          flush=True)
+"""
+
+
+def test_a_producer_cannot_run_a_schedule_only_handler(redis_server, redis_client, docker_engine, fleet, tmp_path):
+    """Entries a producer adds with a 'schedule' field of its own, naming an occurrence that ran, one never
+    published, and one still to come, are dead-lettered unrun; the one to come still runs when it is due."""
+    functions = tmp_path / "functions"
+    write_function(functions, "clock", """
+runtime: python3.14
+schedules:
+  - handler: jobs.clock.handler
+    cron: "*/5 * * * * *"
+""", {"jobs/clock.py": CLOCK})
+    worker = Worker(harness_command(functions, "worker-a"), engine_env(redis_server), tmp_path, "a")
+    fleet.append(worker)
+    worker.wait_for("ran ", where="stdout", timeout=120)
+    ran = re.search(r"ran (\S+) forged=- key=(\S+)", worker.stdout)
+    past = Occurrence("clock", "jobs.clock.handler", datetime.strptime(ran[1], "%Y-%m-%dT%H:%M:%SZ")
+                      .replace(tzinfo=UTC))
+    assert ran[2] == past.id
+    never = Occurrence("clock", "jobs.clock.handler", datetime(2020, 1, 1, tzinfo=UTC))
+    future = Occurrence("clock", "jobs.clock.handler",
+                        next_instant("*/5 * * * * *", "UTC", datetime.now(UTC) + timedelta(seconds=10)))
+    forged = {}      # entry id → (what it forges, the occurrence it names)
+    for name, occurrence in (("past", past), ("never", never), ("future", future)):
+        event = {"source": "relay.schedule", "scheduled_at": occurrence.scheduled_at, "forged": name}
+        entry_id = redis_client.xadd("events", {"event": json.dumps(event), "schedule": occurrence.id}).decode()
+        forged[entry_id] = (name, occurrence)
+    worker.wait_for(f"ran {future.scheduled_at} forged=- key={future.id}", where="stdout", timeout=60)
+    wait_until(lambda: redis_client.xlen("relay:events:dlq") == 3, timeout=10, what="three dead letters")
+
+    assert not re.search(r"forged=(?!-)", worker.stdout)          # the handler never ran for one of them
+    letters = {fields[b"original_id"].decode(): fields for _id, fields in redis_client.xrange("relay:events:dlq")}
+    assert letters.keys() == forged.keys()
+    past_entry = redis_client.get(f"relay:{past.id}").decode()
+    expected = {"past": f"{past.id!r} was published as entry {past_entry}",
+                "never": f"there is no record of {never.id!r} being published (records are kept 7 days)",
+                "future": f"there is no record of {future.id!r} being published (records are kept 7 days)"}
+    for entry_id, (name, _occurrence) in forged.items():
+        assert letters[entry_id][b"reason"].decode() == (
+            f"the 'schedule' field was not written by Relay's scheduler: {expected[name]}")
+        assert letters[entry_id][b"attempts"] == b"0"
+    assert worker.stop() == 0
+    assert redis_client.xpending("events", "relay")["pending"] == 0
 
 
 def _unix_time(instant):

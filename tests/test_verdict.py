@@ -15,6 +15,7 @@ from relay.stream.verdict import (
     Status,
     TargetOutcome,
     Verdict,
+    decide_provenance,
     decide_settlement,
     expired,
     stored_outcome,
@@ -55,6 +56,29 @@ def test_an_obsolete_occurrence_is_acknowledged_without_counting_it_processed():
     settlement = decide_settlement(Plan("1-0", "{}", {}, scheduled=True, obsolete=True))
     assert (settlement.verdict, settlement.cause, settlement.clear_state, settlement.counts_processed) == (
         Verdict.ACK, Cause.OBSOLETE, True, False)
+
+
+OCCURRENCE = "schedule:nightly:jobs.run:2026-12-06T03:00:00Z"
+
+
+def test_only_the_entry_the_scheduler_published_runs_its_occurrence():
+    scheduled = plan(target("nightly", "jobs.run"), scheduled=True, occurrence=OCCURRENCE)
+    assert decide_provenance(scheduled, "1-0") is None
+    refused = {published: decide_provenance(scheduled, published) for published in (None, "1", "2-0")}
+    assert {(s.verdict, s.cause, s.attempts, s.functions, s.occurrence) for s in refused.values()} == {
+        (Verdict.DEAD_LETTER, Cause.FORGED, 0, (), None)}
+    prefix = "the 'schedule' field was not written by Relay's scheduler: "
+    assert refused[None].reason == (
+        f"{prefix}there is no record of {OCCURRENCE!r} being published (records are kept 7 days)")
+    assert refused["1"].reason == f"{prefix}the event is not the one published for {OCCURRENCE!r}"
+    assert refused["2-0"].reason == f"{prefix}{OCCURRENCE!r} was published as entry 2-0"
+
+
+def test_an_exhausted_occurrence_s_dead_letter_keeps_its_id():
+    scheduled = plan(target("nightly", "jobs.run", retries=0), scheduled=True, occurrence=OCCURRENCE)
+    settlement = decide_settlement(scheduled, {0: terminal(1)})
+    assert (settlement.verdict, settlement.occurrence) == (Verdict.DEAD_LETTER, OCCURRENCE)
+    assert decide_settlement(plan(FIRST), {0: terminal(3)}).occurrence is None
 
 
 def test_a_malformed_entry_is_dead_lettered_with_no_attempts():

@@ -11,6 +11,14 @@ entry in the same Lua script, so a crash never loses or doubles one. Every
 id is checked before anything changes: one unknown id, or one entry whose
 event was cut, changes nothing. Purge deletes the same way. The new entry
 has a new id, so its invocations start with fresh attempts.
+
+A schedule occurrence Relay published keeps its occurrence id in the
+dead-letter entry's ``schedule`` field; redrive sends it back with it and, in
+the same script, points the occurrence's dedup key at the new entry, since
+the consumer runs only the entry that key names. It does so only while the
+key still names the entry that was dead-lettered: a key that expired (7 days
+after publication) or names another entry is left alone, and the redriven
+entry is dead-lettered again, unrun.
 """
 
 from __future__ import annotations
@@ -31,23 +39,37 @@ _EXHAUSTED = re.compile(r"attempts exhausted for ([^;]+)(?:; |$)")   # "; older 
 
 # KEYS: the dead-letter stream, the stream. ARGV: dead-letter ids. Returns the new entries' ids,
 # or an error reply naming the first id that is unknown or whose event was cut; then nothing changed.
-_REDRIVE = """
-local entries = {}
+# An entry that keeps a schedule occurrence's id goes back with it, and when the occurrence's dedup key
+# still names the entry that was dead-lettered, it names the new entry from then on (so it runs).
+_REDRIVE = f"""
+local entries = {{}}
 for index, id in ipairs(ARGV) do
   local found = redis.call('XRANGE', KEYS[1], id, id)
   if #found == 0 then return redis.error_reply('unknown ' .. id) end
   local fields = found[1][2]
-  local event, truncated = nil, false
+  local entry = {{event = ''}}
   for at = 1, #fields, 2 do
-    if fields[at] == 'event' then event = fields[at + 1] end
-    if fields[at] == 'truncated' and fields[at + 1] == 'true' then truncated = true end
+    local name, value = fields[at], fields[at + 1]
+    if name == '{keys.EVENT}' then entry.event = value end
+    if name == '{keys.DLQ_TRUNCATED}' and value == 'true' then return redis.error_reply('truncated ' .. id) end
+    if name == '{keys.DLQ_SCHEDULE}' then entry.occurrence = value end
+    if name == '{keys.DLQ_ORIGINAL_ID}' then entry.original = value end
   end
-  if truncated then return redis.error_reply('truncated ' .. id) end
-  entries[index] = event or ''
+  entries[index] = entry
 end
-local added = {}
+local added = {{}}
 for index, id in ipairs(ARGV) do
-  added[index] = redis.call('XADD', KEYS[2], '*', 'event', entries[index], 'redriven_from', id)
+  local entry = entries[index]
+  if entry.occurrence then
+    added[index] = redis.call('XADD', KEYS[2], '*', '{keys.EVENT}', entry.event, '{keys.SCHEDULE}', entry.occurrence,
+                              '{keys.REDRIVEN_FROM}', id)
+    local key = '{keys.SCHEDULE_KEY_PREFIX}' .. entry.occurrence
+    if entry.original and redis.call('GET', key) == entry.original then
+      redis.call('SET', key, added[index], 'KEEPTTL')
+    end
+  else
+    added[index] = redis.call('XADD', KEYS[2], '*', '{keys.EVENT}', entry.event, '{keys.REDRIVEN_FROM}', id)
+  end
   redis.call('XDEL', KEYS[1], id)
 end
 return added

@@ -1,5 +1,12 @@
 """Running one entry's matched invocations, in order, with retries and limits.
 
+An entry with a ``schedule`` field runs only if Relay's scheduler published
+it: before anything else its occurrence's dedup key is asked which entry that
+was (one script call, relay.stream.schedules.Provenance), and any other entry
+is dead-lettered with no attempt charged and no handler run (the verdict is
+relay.stream.verdict.decide_provenance). Entries without the field never pay
+for the check.
+
 For every target (functions by name, rules in file order) the stored state
 decides: completed and exhausted invocations are skipped, one whose entry is
 older than its rule's max_event_age is expired (not run; the later ones
@@ -33,6 +40,7 @@ from dataclasses import dataclass
 from enum import Enum
 
 import gevent
+import redis
 
 from relay.durations import format_duration
 from relay.errors import RelayError
@@ -43,7 +51,18 @@ from relay.stream.limits import Blocked, Limit
 from relay.stream.markers import Action, decide
 from relay.stream.plans import Plan
 from relay.stream.settle import takes_prelude
-from relay.stream.verdict import COMPLETE, Status, TargetOutcome, Verdict, decide_settlement, expired, expiry_reason
+from relay.stream.verdict import (
+    COMPLETE,
+    OPEN,
+    Settlement,
+    Status,
+    TargetOutcome,
+    Verdict,
+    decide_provenance,
+    decide_settlement,
+    expired,
+    expiry_reason,
+)
 
 log = logging.getLogger("relay.stream.dispatcher")
 
@@ -71,7 +90,8 @@ class Dispatcher:
     def __init__(self, *, stream: str, store: seams.InvocationStore, settler: seams.Settler,
                  executor: seams.Executor, slots: seams.Slots, observer: seams.Observer,
                  environment: seams.Environment, leases: seams.Leases, limits: seams.Limits,
-                 clock: seams.Clock = time.time_ns, slot_wait: float = SLOT_WAIT) -> None:
+                 provenance: seams.Provenance, clock: seams.Clock = time.time_ns,
+                 slot_wait: float = SLOT_WAIT) -> None:
         self.stream = stream      # names the invocations' idempotency keys
         self.store = store
         self.settler = settler
@@ -81,6 +101,7 @@ class Dispatcher:
         self.environment = environment
         self.leases = leases
         self.limits = limits
+        self.provenance = provenance
         self.clock = clock
         self.slot_wait = slot_wait
 
@@ -94,7 +115,12 @@ class Dispatcher:
         The images of every target are leased for the whole dispatch, so a
         reconcile that swaps a function meanwhile cannot remove the version
         this entry matched, even while it waits for a concurrency slot.
+        A schedule occurrence is first checked to be the entry the scheduler
+        published; any other is settled unrun.
         """
+        if plan.occurrence is not None and (refused := self._unpublished(plan)) is not None:
+            self.settler.settle(plan, refused)
+            return None
         with ExitStack() as leases:
             for image in dict.fromkeys(target.active.image for target in plan.targets):
                 leases.enter_context(self.leases.lease(image))
@@ -146,6 +172,17 @@ class Dispatcher:
         settlement = decide_settlement(plan, outcomes, stored=stored, now=self.clock())
         self._settle(plan, settlement, unwritten)
         return retry if settlement.verdict is Verdict.LEAVE_PENDING else None
+
+    def _unpublished(self, plan: Plan) -> Settlement | None:
+        """None when *plan*, a schedule occurrence, is the entry Relay's scheduler published; else how to
+        settle it unrun: dead-lettered (decide_provenance), or left pending when Redis cannot say."""
+        try:
+            published = self.provenance.published(plan)
+        except redis.RedisError as error:
+            log.warning("Cannot check that the scheduler published a schedule occurrence; entry left pending",
+                        extra={"message_id": plan.message_id, "occurrence": plan.occurrence, "error": str(error)})
+            return OPEN
+        return decide_provenance(plan, published)
 
     def _settle(self, plan, settlement, unwritten):
         """Settle the entry, with the marker of the target that completed last (*unwritten*).

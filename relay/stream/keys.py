@@ -23,7 +23,7 @@ class StreamAddress:
 # --- the fields of a stream entry -----------------------------------------------------
 
 EVENT = "event"          # the event JSON
-SCHEDULE = "schedule"    # set on a schedule occurrence: its occurrence id
+SCHEDULE = "schedule"    # set by Relay's scheduler on a schedule occurrence: its occurrence id
 EVENT_FIELD = EVENT.encode()        # as redis-py returns them
 SCHEDULE_FIELD = SCHEDULE.encode()
 REDRIVEN_FROM = "redriven_from"    # set by ``relay dlq redrive``: the dead-letter entry it came from
@@ -96,11 +96,22 @@ DLQ_ATTEMPTS = "attempts"
 DLQ_TIMESTAMP = "timestamp"
 DLQ_TRUNCATED = "truncated"      # "true" when the event is only the start of one of ...
 DLQ_EVENT_BYTES = "event_bytes"  # ... this many bytes
+DLQ_SCHEDULE = SCHEDULE          # the occurrence id, when the entry was an occurrence Relay's scheduler published
 
 
 # --- schedules ------------------------------------------------------------------------
 
 
+SCHEDULE_KEY_PREFIX = "relay:"
+
+
 def schedule_key(occurrence_id: str) -> str:
-    """The dedup key of one schedule occurrence (``schedule:<function>:<handler>:<instant>``)."""
-    return f"relay:{occurrence_id}"
+    """The dedup key of one schedule occurrence (``schedule:<function>:<handler>:<instant>``).
+
+    It holds the id of the stream entry the scheduler published for the
+    occurrence (``SCHEDULE_UNRECORDED`` when an earlier Relay, which did not record it, did).
+    """
+    return SCHEDULE_KEY_PREFIX + occurrence_id
+
+
+SCHEDULE_UNRECORDED = "1"   # what an earlier Relay set a dedup key to: it did not record the entry id

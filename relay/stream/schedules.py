@@ -2,10 +2,21 @@
 
 A worker never runs a scheduled handler itself. When an occurrence is due it
 publishes it into the Relay stream with a Lua script that, in one atomic
-step, sets the dedup key ``relay:schedule:<function>:<handler>:<instant>``
-(7-day TTL) only if it is absent and XADDs the entry; every other worker's
-attempt at the same occurrence is a clean no-op. From there it is an ordinary
-entry: one worker receives it and runs exactly that handler.
+step, XADDs the entry and sets the dedup key
+``relay:schedule:<function>:<handler>:<instant>`` (7-day TTL) to the new
+entry's id, only if that key is absent; every other worker's attempt at the
+same occurrence is a clean no-op. From there it is an ordinary entry: one
+worker receives it and runs exactly that handler.
+
+Only that script writes the dedup key, so the key says which entry is the
+occurrence: a producer may add an entry with any fields, including a
+``schedule`` field of its own, but the consumer runs a schedule handler only
+for the entry whose id the key holds (``Provenance``, asked by the
+dispatcher before any attempt); any other is dead-lettered unrun. An
+occurrence an earlier Relay published holds ``1`` instead of an id: the
+first entry checked whose event is exactly that occurrence's own payload
+takes the key (its id replaces the ``1``), so one entry at most ever runs
+for it.
 
 Occurrences are computed on the wall clock of the schedule's time zone and
 identified by their instant in UTC. Across DST changes each instant is used
@@ -22,7 +33,7 @@ from zoneinfo import ZoneInfo
 
 from croniter import croniter
 
-from relay.stream.keys import EVENT, SCHEDULE, schedule_key
+from relay.stream.keys import EVENT, SCHEDULE, SCHEDULE_UNRECORDED, schedule_key
 
 log = logging.getLogger("relay.stream.schedules")
 
@@ -30,12 +41,26 @@ SOURCE = "relay.schedule"
 DEDUP_TTL_SECONDS = 7 * 24 * 3600
 _MAX_STEPS = 10_000
 
-# KEYS[1] dedup key, KEYS[2] stream; ARGV: ttl, occurrence id, payload.
+# KEYS[1] dedup key, KEYS[2] stream; ARGV: ttl, occurrence id, payload. Returns the new entry's id, or false
+# when the occurrence was published already. The XADD comes first: one that fails (the stream key holds
+# another type) stops the script before the key is set, so no key ever stands for an entry that is not there.
 _PUBLISH_IF_NEW = f"""
-if redis.call('SET', KEYS[1], '1', 'NX', 'EX', ARGV[1]) then
-  return redis.call('XADD', KEYS[2], '*', '{EVENT}', ARGV[3], '{SCHEDULE}', ARGV[2])
+if redis.call('EXISTS', KEYS[1]) == 1 then return false end
+local id = redis.call('XADD', KEYS[2], '*', '{EVENT}', ARGV[3], '{SCHEDULE}', ARGV[2])
+redis.call('SET', KEYS[1], id, 'EX', ARGV[1])
+return id
+"""
+
+# KEYS[1] dedup key; ARGV: an entry's id, '1' when its event is exactly its occurrence's payload. Returns
+# the id of the entry published for the occurrence, or false when there is no record of it. A key an
+# earlier Relay set to '1' is taken by the first entry with the occurrence's own payload (its TTL kept).
+_PUBLISHED_ENTRY = f"""
+local published = redis.call('GET', KEYS[1])
+if published == '{SCHEDULE_UNRECORDED}' and ARGV[2] == '1' then
+  redis.call('SET', KEYS[1], ARGV[1], 'KEEPTTL')
+  return ARGV[1]
 end
-return false
+return published
 """
 
 
@@ -55,7 +80,12 @@ class Occurrence:
 
     @property
     def payload(self):
-        return json.dumps({"source": SOURCE, "scheduled_at": self.scheduled_at}, separators=(",", ":"))
+        return occurrence_payload(self.scheduled_at)
+
+
+def occurrence_payload(scheduled_at):
+    """The event of the occurrence at *scheduled_at*: what the handler receives on stdin."""
+    return json.dumps({"source": SOURCE, "scheduled_at": scheduled_at}, separators=(",", ":"))
 
 
 def parse_occurrence_id(text):
@@ -113,6 +143,26 @@ class Publisher:
             "function": occurrence.function, "handler": occurrence.handler,
             "scheduled_at": occurrence.scheduled_at, "message_id": entry_id.decode()})
         return True
+
+
+class Provenance:
+    """Which entry the scheduler published for an occurrence: the consumer's check of a ``schedule`` field.
+
+    One script call per delivery of an entry with a ``schedule`` field;
+    entries without one never come here.
+    """
+
+    def __init__(self, client):
+        self._script = client.register_script(_PUBLISHED_ENTRY)
+
+    def published(self, plan):
+        """The id of the entry published for *plan*'s occurrence, or None when there is no record of
+        one (never published, or its key expired); raises redis.RedisError."""
+        _function, _handler, scheduled_at = parse_occurrence_id(plan.occurrence)
+        own_payload = plan.payload == occurrence_payload(scheduled_at)
+        published = self._script(keys=[schedule_key(plan.occurrence)],
+                                 args=[plan.message_id, "1" if own_payload else "0"])
+        return None if published is None else published.decode("utf-8", "replace")
 
 
 class Scheduler:

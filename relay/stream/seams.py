@@ -72,6 +72,13 @@ class Settler(Protocol):
     def unmatched_acknowledged(self, message_ids: EntryIds, reply: object) -> bool: ...
 
 
+class Provenance(Protocol):
+    """Which entry Relay's scheduler published for a schedule occurrence (relay.stream.schedules)."""
+
+    def published(self, plan: Plan) -> str | None:
+        """The entry id the occurrence's dedup key holds, None without one; raises redis.RedisError."""
+
+
 class Slots(Protocol):
     """Concurrency limits: ``with hold(...) as held`` holds a slot when *held* is True."""
 

@@ -68,7 +68,7 @@ class Settler:
             done = self._ack([plan.message_id], clear_state=settlement.clear_state, prelude=prelude)
         elif settlement.verdict is Verdict.DEAD_LETTER:
             done = self._dead_letter(plan.message_id, plan.kept, settlement.reason or "", settlement.attempts,
-                                     settlement.event_bytes)
+                                     settlement.event_bytes, settlement.occurrence)
         else:
             done = True
         if done:
@@ -135,12 +135,14 @@ class Settler:
         return True
 
     def _dead_letter(self, message_id: str, payload: str | bytes | None, reason: str, attempts: int,
-                     event_bytes: int = 0) -> bool:
+                     event_bytes: int = 0, occurrence: str | None = None) -> bool:
         """Write the entry to the dead-letter stream, then acknowledge it and clear its state, in one script.
 
         *payload* is the event as text, or as bytes when it is not UTF-8; with
         *event_bytes* set, it is only the start of an event that size, and the
-        entry says so (``truncated``, ``event_bytes``).
+        entry says so (``truncated``, ``event_bytes``). *occurrence* is the id
+        of the schedule occurrence Relay published as this entry, kept in the
+        ``schedule`` field so that a redrive runs the occurrence again.
         """
         fields: dict[FieldT, EncodableT] = {
             keys.DLQ_ORIGINAL_STREAM: self.address.stream,
@@ -154,6 +156,8 @@ class Settler:
         }
         if event_bytes:
             fields.update({keys.DLQ_TRUNCATED: "true", keys.DLQ_EVENT_BYTES: str(event_bytes)})
+        if occurrence is not None:
+            fields[keys.DLQ_SCHEDULE] = occurrence
         stream, group = self.address.stream, self.address.group
         try:
             self._dead_letter_script(

@@ -10,6 +10,9 @@ reclaimer:
     matches a function not built yet    → LEAVE_PENDING
     matches nothing                     → ACK, no invocation state to clear
     has targets, not yet dispatched     → None: dispatch it
+    a schedule occurrence whose entry is not the one Relay's scheduler published
+                                        → DEAD_LETTER, 0 attempts (decide_provenance,
+                                          asked by the dispatcher before any attempt)
     every target complete               → ACK
     any target still open               → LEAVE_PENDING
     every unfinished target finished:
@@ -41,7 +44,7 @@ from typing import overload
 from relay.durations import MILLISECOND, SECOND, format_compact
 from relay.functions.template import DEAD_LETTER as ON_EXPIRED_DEAD_LETTER
 from relay.stream import markers
-from relay.stream.keys import target_field
+from relay.stream.keys import SCHEDULE_UNRECORDED, target_field
 from relay.stream.markers import Action, Decision, Marker
 from relay.stream.plans import Plan
 
@@ -83,6 +86,7 @@ class Cause(Enum):
     OPEN = "open"
     EXHAUSTED = "exhausted"
     EXPIRED = "expired"       # only expired targets are unfinished (dead-lettered, or dropped)
+    FORGED = "forged"         # a 'schedule' field Relay's scheduler did not write
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,6 +102,7 @@ class Settlement:
     counts_processed: bool = False  # an acknowledged event that counts as processed (events_processed)
     functions: tuple[str, ...] = ()  # the functions a dead-lettered entry matched (function_dlq_entries)
     expired: tuple[str, ...] = ()    # the functions whose invocations expired (events_expired)
+    occurrence: str | None = None    # the id of a published schedule occurrence a dead-letter entry keeps
 
 
 TRIMMED = Settlement(Verdict.ACK, Cause.TRIMMED)
@@ -160,7 +165,34 @@ def _judge(plan: Plan, outcomes: Mapping[int, TargetOutcome], stored: Mapping[st
     return Settlement(Verdict.DEAD_LETTER, Cause.EXHAUSTED if exhausted else Cause.EXPIRED, reason="; ".join(reasons),
                       attempts=max(outcome.attempts for _, outcome in exhausted + dead),
                       functions=tuple(sorted({target.active.name for target in plan.targets})),
-                      expired=expired_functions)
+                      expired=expired_functions, occurrence=plan.occurrence)
+
+
+NOT_PUBLISHED = "the 'schedule' field was not written by Relay's scheduler"
+
+
+def decide_provenance(plan: Plan, published: str | None) -> Settlement | None:
+    """None when *plan*'s entry is the schedule occurrence Relay's scheduler published; else its
+    Settlement: dead-lettered before any attempt, its handler never run.
+
+    *published* is the id of the entry the occurrence's dedup key names, or
+    None when there is none (relay.stream.schedules.Provenance). A producer
+    can add an entry with a ``schedule`` field of its own choosing, but not
+    set that key: run, such an entry would give a schedule-only handler the
+    producer's event and take the occurrence's idempotency key. The
+    dead-letter entry keeps no ``schedule`` field, so a redrive sends its
+    event back as an ordinary event.
+    """
+    if published == plan.message_id:
+        return None
+    occurrence = repr(plan.occurrence)
+    if published is None:
+        why = f"there is no record of {occurrence} being published (records are kept 7 days)"
+    elif published == SCHEDULE_UNRECORDED:
+        why = f"the event is not the one published for {occurrence}"
+    else:
+        why = f"{occurrence} was published as entry {published}"
+    return Settlement(Verdict.DEAD_LETTER, Cause.FORGED, reason=f"{NOT_PUBLISHED}: {why}")
 
 
 def stored_outcome(plan: Plan, target, raw: bytes | str | None, now: int) -> TargetOutcome:
