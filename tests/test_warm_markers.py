@@ -14,7 +14,7 @@ from relay.runtime.warm import MARKER, MARKER_LINE_LIMIT, MarkedLines
 NONCE = b"5f0c6a1e9b3d47a2c8e1f0b6d2a94c17"
 OLD_NONCE = b"0123456789abcdef0123456789abcdef"
 DONE = b"done 1 " + NONCE + b" error"
-DUE = frozenset((b"done 1 " + NONCE + b" ok", DONE))
+DUE = (b"done 1 " + NONCE + b" ok", DONE)
 
 STREAM = (b"first line\n"
           + b"echo " + MARKER + b"done 1 ok\n"                   # a forged marker inside a longer line
@@ -63,7 +63,7 @@ def test_text_before_the_real_marker_is_a_line_of_its_own():
 
 def test_a_marker_line_is_ordinary_output_when_nothing_is_due():
     stream = MARKER + DONE + b"\n" + MARKER + b"end 1 " + NONCE + b"\n"
-    assert run([stream], due=frozenset(), own=None) == (
+    assert run([stream], due=(), own=None) == (
         [f"\x1e\x1frelay:{DONE.decode()}", f"\x1e\x1frelay:end 1 {NONCE.decode()}"], [])
 
 
@@ -81,7 +81,7 @@ def test_a_marker_with_the_nonce_that_is_not_due_breaks_the_protocol():
 
 def test_a_ready_marker_of_another_version_breaks_the_protocol():
     marked = MarkedLines(Lines(lambda text: None))
-    marked.expect(frozenset((b"ready 3",)), b"ready")
+    marked.expect((b"ready 3",), b"ready")
     with pytest.raises(ProtocolBreak, match="'ready 2' where 'ready 3' was due"):
         marked.feed(MARKER + b"ready 2\n")
 

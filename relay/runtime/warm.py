@@ -82,10 +82,10 @@ class MarkedLines:
     def __init__(self, lines):
         self.lines = lines
         self._carry = b""
-        self._expected: frozenset[bytes] = frozenset()
+        self._expected: tuple[bytes, ...] = ()
         self._own: bytes | None = None
 
-    def expect(self, texts=frozenset(), own=None):
+    def expect(self, texts=(), own=None):
         self._expected = texts
         self._own = own
 
@@ -110,7 +110,7 @@ class MarkedLines:
                     self.lines.feed(data[written:at])
                 self.lines.close()             # text before a marker is a line of its own
                 found.append(text)
-                self._expected = frozenset()
+                self._expected = ()
                 written = scan = end + 1
                 continue
             if self._own is not None and self._own in text and MARKER not in text:
@@ -182,7 +182,7 @@ class WarmContainer:
             self._wait = protocol.register_wait(self.api, self.container_id, deadline)
             self.api.start(self.container_id)
             # No handler code runs before the first request: any "ready" is the bootstrap's own.
-            self._streams[STDOUT].expect(frozenset((b"ready " + PROTOCOL_VERSION,)), own=b"ready")
+            self._streams[STDOUT].expect((b"ready " + PROTOCOL_VERSION,), own=b"ready")
             self._read_markers(deadline, (STDOUT,))
             self._streams[STDOUT].expect()
         except BaseException:
@@ -210,8 +210,8 @@ class WarmContainer:
             seq, nonce = str(self._seq).encode(), secrets.token_hex(16).encode()
             stdout, stderr = self._streams[STDOUT], self._streams[STDERR]
             done = b"done %s %s ok" % (seq, nonce)
-            stdout.expect(frozenset((done, b"done %s %s error" % (seq, nonce))), nonce)
-            stderr.expect(frozenset((b"end %s %s" % (seq, nonce),)), nonce)
+            stdout.expect((done, b"done %s %s error" % (seq, nonce)), nonce)
+            stderr.expect((b"end %s %s" % (seq, nonce),), nonce)
             self._send(request(seq, nonce, handler, variables, payload), deadline)
             markers = self._read_markers(deadline, (STDOUT, STDERR))
             stdout.expect()
