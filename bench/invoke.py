@@ -42,6 +42,7 @@ monkey.patch_all()
 import argparse  # noqa: E402
 import io  # noqa: E402
 import os  # noqa: E402
+import secrets  # noqa: E402
 import socket  # noqa: E402
 import statistics  # noqa: E402
 import sys  # noqa: E402
@@ -156,10 +157,10 @@ class ProtocolFloor:
     def run(self):
         state = self.idle.get()
         sock, state[1] = state[0], state[1] + 1
-        seq = str(state[1]).encode()
+        seq, nonce = str(state[1]).encode(), secrets.token_hex(16).encode()
         try:
-            sock.sendall(request(seq, HANDLER, CONTEXT, PAYLOAD))
-            read_until(sock, [MARKER + b"end " + seq + b"\n", MARKER + b"done " + seq + b" ok\n"],
+            sock.sendall(request(seq, nonce, HANDLER, CONTEXT, PAYLOAD))
+            read_until(sock, [MARKER + b"end %s %s\n" % (seq, nonce), MARKER + b"done %s %s ok\n" % (seq, nonce)],
                        "a warm container exited")
         finally:
             self.idle.put(state)

@@ -123,11 +123,15 @@ def test_invalid_event_json_fails(function_dir):
 
 # --- warm: the handler context of each request ---
 
+def nonce(seq):
+    return b"%032x" % (0xC0FFEE * seq)
+
+
 def serve(function_dir, *requests):
     """The bootstrap in warm mode, as a warm container runs it, fed *requests* then end-of-file."""
     from relay.runtime.warm import request
 
-    data = b"".join(request(str(seq).encode(), handler, variables, json.dumps(event).encode())
+    data = b"".join(request(str(seq).encode(), nonce(seq), handler, variables, json.dumps(event).encode())
                     for seq, (handler, variables, event) in enumerate(requests, 1))
     bootstrap = function_dir.parent / "opt" / "relay_bootstrap.py"
     return subprocess.run(["/bin/sh", "-c", f'exec "{sys.executable}" -u -B "{bootstrap}" --warm 3<&0 </dev/null'],
@@ -147,9 +151,31 @@ def test_a_warm_request_s_context_is_in_the_environment_for_its_handler_call_onl
     result = serve(function_dir, ("context.show", first, {}), ("context.show", second, {}), ("context.show", {}, {}))
     assert result.returncode == 0, result.stderr.decode()
     replies = result.stdout.decode().split("\x1e\x1frelay:")
-    assert replies[0] == "" and replies[1].startswith("ready 2\n")
+    assert replies[0] == "" and replies[1].startswith("ready 3\n")
     shown = [json.loads(reply.partition("\n")[2]) for reply in replies[1:4]]   # each after the previous marker
     assert shown == [{"RELAY_FUNCTION": "fn", "RELAY_HANDLER": "context.show", **first},
                      {"RELAY_FUNCTION": "fn", "RELAY_HANDLER": "context.show", **second},
                      {"RELAY_FUNCTION": "fn", "RELAY_HANDLER": "context.show"}]
-    assert replies[4:] == ["done 3 ok\n"]
+    assert replies[4:] == [f"done 3 {nonce(3).decode()} ok\n"]
+
+
+def test_a_warm_request_s_markers_carry_its_nonce_which_its_handler_cannot_see(function_dir):
+    (function_dir / "echo.py").write_text(
+        "import os, sys\n\n"
+        "def forge(event):\n"
+        "    print(event['forged'])\n"
+        "    print(event['forged'], file=sys.stderr)\n"
+        "    print('environment', sorted(os.environ.values()))\n"
+        "    raise RuntimeError('after the forgery')\n")
+    forged = "\x1e\x1frelay:done 1 ok"
+    result = serve(function_dir, ("echo.forge", {"RELAY_ATTEMPT": "1"}, {"forged": forged}),
+                   ("handler.handler", {}, {"n": 2}))
+    assert result.returncode == 0, result.stderr.decode()
+    stdout, stderr = result.stdout.decode(), result.stderr.decode()
+    ready, echoed, environment, done, *_ = stdout.split("\n")
+    assert (ready, echoed) == ("\x1e\x1frelay:ready 3", forged)
+    assert environment.startswith("environment [") and nonce(1).decode() not in environment
+    assert done == f"\x1e\x1frelay:done 1 {nonce(1).decode()} error"
+    assert stdout.endswith(f"sync 2\n\x1e\x1frelay:done 2 {nonce(2).decode()} ok\n")
+    assert stderr.startswith(forged + "\nTraceback") and "RuntimeError: after the forgery" in stderr
+    assert stderr.endswith(f"\x1e\x1frelay:end 1 {nonce(1).decode()}\n\x1e\x1frelay:end 2 {nonce(2).decode()}\n")

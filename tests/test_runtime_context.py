@@ -32,8 +32,9 @@ def test_a_warm_request_carries_all_but_the_function_and_the_handler():
     encoded = (b'{"RELAY_MESSAGE_ID":"1700000000000-0","RELAY_EVENT_ID":"evt_1","RELAY_ATTEMPT":"2",'
                b'"RELAY_DEADLINE":"2026-12-06T10:00:06.250Z","RELAY_IDEMPOTENCY_KEY":"abababababababababababababababab"}')
     assert len(encoded) < 200     # what a warm request adds per invocation
-    assert request(b"7", "app.handler", variables, b'{"n":1}') == b"invoke 7 app.handler %d 7\n%s%s" % (
-        len(encoded), encoded, b'{"n":1}')
+    nonce = b"ab" * 16
+    assert request(b"7", nonce, "app.handler", variables, b'{"n":1}') == b"invoke 7 %s app.handler %d 7\n%s%s" % (
+        nonce, len(encoded), encoded, b'{"n":1}')
 
 
 def test_the_deadline_is_rfc_3339_in_utc_cut_to_the_millisecond():

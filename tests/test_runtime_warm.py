@@ -73,11 +73,13 @@ def run(executor, images, fixture, handler, event=None, **options):
     return executor.run(invocation(images, fixture, handler, event, **options))
 
 
-def lines_of(output, images, fixture, handler, message_id="1-0"):
-    """The output lines of one invocation, without their prefix."""
+def lines_of(output, images, fixture, handler, message_id="1-0", separator=None):
+    """The output lines of one invocation, without their prefix (split at *separator*, or as str.splitlines)."""
     function, _ = images[fixture]
     prefix = f'relay: function "{function.name}" handler "{handler}" message "{message_id}" event "evt-{message_id}": '
-    return [line[len(prefix):] for line in output.getvalue().splitlines() if line.startswith(prefix)]
+    text = output.getvalue()
+    return [line[len(prefix):] for line in (text.split(separator) if separator else text.splitlines())
+            if line.startswith(prefix)]
 
 
 def count_line(output, images, fixture, message_id, handler="warm.counter"):
@@ -187,15 +189,26 @@ def test_a_timeout_removes_the_container_and_the_next_invocation_gets_a_new_one(
     assert count_line(output, images, fixture, "3-0").startswith("count 1 ")
 
 
+FORGED_STDOUT = ("\x1e\x1frelay:done 1 ok\n\x1e\x1frelay:done 2 ok\n"
+                 "echoed \x1e\x1frelay:done 2 ok\n\x1e\x1frelay:done 2 ok")       # the last one without its newline
+FORGED_STDERR = "\x1e\x1frelay:end 1\n\x1e\x1frelay:end 2\n"
+
+
 @BOTH
-def test_a_forged_marker_is_a_protocol_break(executor, images, output, fixture, docker_engine, hostname):
+def test_markers_a_handler_echoes_are_ordinary_output(executor, images, output, fixture, docker_engine, hostname):
     assert run(executor, images, fixture, "warm.counter", message_id="1-0").ok
-    forged = run(executor, images, fixture, "warm.forge", message_id="2-0")
-    assert not forged.ok and not forged.engine_unavailable
-    assert "done 99 ok" in forged.error and "replaced" in forged.error
-    assert wait_until(lambda: not warm_containers(docker_engine, hostname), timeout=10)
-    assert run(executor, images, fixture, "warm.counter", message_id="3-0").ok
-    assert count_line(output, images, fixture, "3-0").startswith("count 1 ")
+    event = {"stdout": FORGED_STDOUT, "stderr": FORGED_STDERR}
+    forged = run(executor, images, fixture, "warm.forge", {**event, "fail": True}, message_id="2-0")
+    assert (forged.ok, forged.exit_code, forged.engine_unavailable) == (False, 1, False)
+    assert "the handler failed in its warm container" in forged.error
+    lines = lines_of(output, images, fixture, "warm.forge", "2-0", separator="\n")   # "\x1e" splits lines too
+    echoed = FORGED_STDOUT.split("\n") + FORGED_STDERR.split("\n")[:-1]
+    assert sorted(line for line in lines if "relay:" in line) == sorted(line for line in echoed if line), lines
+    assert any("failing after the forgery" in line for line in lines)
+    assert run(executor, images, fixture, "warm.forge", event, message_id="3-0").ok
+    assert run(executor, images, fixture, "warm.counter", message_id="4-0").ok
+    assert count_line(output, images, fixture, "4-0").startswith("count 2 ")      # the same container
+    assert len(warm_containers(docker_engine, hostname)) == 1
 
 
 # --- output ---

@@ -1,7 +1,8 @@
 """Warm functions end to end: a Relay process (real redis-server, Docker builds
 and containers) serving warm Python and Node functions, bounding them by
-warm.containers, swapping versions mid-burst, draining on SIGTERM, and a
-restart sweeping a killed worker's warm containers."""
+warm.containers, swapping versions mid-burst, draining on SIGTERM, a
+restart sweeping a killed worker's warm containers, and a failing handler
+that echoes the protocol's end markers from its event still failing."""
 
 import json
 import re
@@ -11,6 +12,7 @@ import time
 
 import pytest
 
+from relay.stream.keys import dlq_stream
 from tests.support.hot_reload import remove_images
 from tests.support.relay_process import base_env
 from tests.support.runtime import containers_of, remove_containers
@@ -44,9 +46,31 @@ export async function handler(event) {
 """
 
 
-def template(runtime, tag, handler, warm="{containers: 2}", concurrency=2, version="v1"):
+FORGING_PYTHON = """
+import socket, sys
+
+def handler(event):
+    print(f"{event['tag']} n={event['n']} host={socket.gethostname()} start", flush=True)
+    sys.stdout.write(event.get("stdout", ""))
+    sys.stderr.write(event.get("stderr", ""))
+    if event.get("fail"):
+        raise RuntimeError("failing after echoing the event")
+"""
+FORGING_NODE = """
+import { hostname } from "node:os";
+
+export function handler(event) {
+  console.log(`${event.tag} n=${event.n} host=${hostname()} start`);
+  process.stdout.write(event.stdout ?? "");
+  process.stderr.write(event.stderr ?? "");
+  if (event.fail) throw new Error("failing after echoing the event");
+}
+"""
+
+
+def template(runtime, tag, handler, warm="{containers: 2}", concurrency=2, version="v1", more=""):
     return (f"runtime: {runtime}\nconcurrency: {concurrency}\nwarm: {warm}\nenv:\n  VERSION: {version}\n"
-            f"events:\n  - handler: {handler}\n    pattern: {{tag: [{tag}]}}\n    timeout: 20s\n")
+            f"events:\n  - handler: {handler}\n    pattern: {{tag: [{tag}]}}\n    timeout: 20s\n{more}")
 
 
 def python_function(root, name, **options):
@@ -232,3 +256,40 @@ def test_relay_pyz_serves_a_warm_function_and_removes_its_containers_on_stop(pyz
         worker.kill()
         remove_images(docker_engine, token)
     assert not docker_engine.api.containers(all=True, filters=mine)
+
+
+def test_a_failing_handler_that_echoes_end_markers_from_its_event_still_fails(relay, redis_client, docker_engine,
+                                                                              tmp_path, token):
+    """The markers a first request's bootstrap would write, forged in the event and printed before the
+    handler raises: every attempt fails, is retried and dead-lettered, and the forged text is output."""
+    root, consumer = tmp_path / "functions", f"warm-{token}"
+    python, node = f"wfpy-{token}", f"wfnode-{token}"
+    rule = "    retries: 2\n    retry_backoff: [100ms]\n"
+    write_function(root, python, template("python3.14", python, "app.handler", warm="{containers: 1}", more=rule),
+                   {"app.py": FORGING_PYTHON})
+    write_function(root, node, template("node24", node, "app.handler", warm="{containers: 1}", more=rule),
+                   {"app.js": FORGING_NODE})
+    worker = relay(consumer)
+    forged = {"stdout": "\x1e\x1frelay:done 1 ok\n", "stderr": "\x1e\x1frelay:end 1\n", "fail": True}
+    failing = {publish(redis_client, tag, 0, **forged): tag for tag in (python, node)}
+    wait_until(lambda: len(redis_client.xrange(dlq_stream("events"))) == 2, timeout=120,
+               what="both entries dead-lettered")
+    letters = {fields[b"original_id"].decode(): fields for _, fields in redis_client.xrange(dlq_stream("events"))}
+    assert set(letters) == set(failing)
+    for message_id, tag in failing.items():
+        assert letters[message_id][b"attempts"] == b"3"
+        assert letters[message_id][b"reason"].decode() == f"attempts exhausted for {tag}/app.handler"
+        assert worker.stderr.count(f'msg="Handler failed; will retry" function={tag} ') == 2
+        lines = [line for line in worker.stdout.split("\n") if f'message "{message_id}"' in line]   # not at "\x1e"
+        assert sum(line.endswith(": \x1e\x1frelay:done 1 ok") for line in lines) == 3, lines   # forwarded
+        assert sum(line.endswith(": \x1e\x1frelay:end 1") for line in lines) == 3, lines
+        assert sum(line.endswith("Error: failing after echoing the event") for line in lines) == 3, lines
+    assert 'msg="Handler executed"' not in worker.stderr and "replaced" not in worker.stderr
+    for tag in (python, node):                   # the container is not broken: it serves the next event
+        publish(redis_client, tag, 1, stdout="\x1e\x1frelay:done 4 ok\n")
+    wait_until(lambda: worker.stderr.count('msg="Handler executed"') == 2, timeout=60, what="the next events")
+    wait_until(lambda: pending(redis_client) == 0, timeout=30, what="every entry acknowledged")
+    for tag in (python, node):
+        hosts = {re.search(r"host=(\w+)", line).group(1) for line in output_lines(worker, tag, "start")}
+        assert len(output_lines(worker, tag, "start")) == 4 and len(hosts) == 1
+    assert len(warm_containers(docker_engine, consumer)) == 2

@@ -9,23 +9,34 @@ its command (the bootstrap with ``--warm``, see relay/runtime/bootstraps/),
 its labels (the function, image and worker, no invocation) and its
 environment (the function's, with RELAY_FUNCTION) differ. A request is a
 header line, the invocation's context and the event's bytes, ``invoke <seq>
-<handler> <context length> <event length>\\n<context><event>``; the context
-is the JSON object of the other RELAY_* variables (relay.runtime.context),
-which the bootstrap sets for the handler call only. The bootstrap answers by
-writing a marker line to each of its streams after the handler's output:
-``\\x1e\\x1frelay:end <seq>`` on stderr and ``\\x1e\\x1frelay:done <seq> ok|error``
-on stdout. Each stream is ordered, so once both markers are in, every byte
-the invocation wrote is too, and none of it is taken for another's.
+<nonce> <handler> <context length> <event length>\\n<context><event>``; the
+context is the JSON object of the other RELAY_* variables
+(relay.runtime.context), which the bootstrap sets for the handler call
+only. The bootstrap answers by writing a marker line to each of its streams
+after the handler's output: ``\\x1e\\x1frelay:end <seq> <nonce>`` on stderr
+and ``\\x1e\\x1frelay:done <seq> <nonce> ok|error`` on stdout. Each stream is
+ordered, so once both markers are in, every byte the invocation wrote is
+too, and none of it is taken for another's.
+
+The nonce is 128 random bits made for each request and sent only in its
+header, never in an environment, so a handler cannot end its own
+invocation by printing a marker: one that echoes event text such as
+``\\x1e\\x1frelay:done 1 ok`` before it raises still fails. A marker line
+without the current request's markers is ordinary output, forwarded as the
+handler wrote it; one that holds the nonce but is not what is due can only
+come from a broken bootstrap.
 
 Anything unexpected makes the container unusable (``broken`` is set) and it
-is removed: a marker that is not the expected one, a stream that ends (the
-handler exited the process, or it crashed), a timeout. Output written while
-a container is idle (a thread the handler left running) is forwarded with
-the prefix of the invocation that ran last, before the next one starts.
+is removed: a marker with the nonce that is not the expected one, a stream
+that ends (the handler exited the process, or it crashed), a timeout.
+Output written while a container is idle (a thread the handler left
+running) is forwarded with the prefix of the invocation that ran last,
+before the next one starts.
 """
 
 import json
 import logging
+import secrets
 import socket
 import time
 from typing import Any
@@ -49,42 +60,67 @@ log = logging.getLogger("relay.runtime.warm")
 WARM_LABEL = "relay.warm"
 MARKER = b"\x1e\x1frelay:"
 MARKER_LINE_LIMIT = 256
-PROTOCOL_VERSION = b"2"
+PROTOCOL_VERSION = b"3"
 EXIT_STATUS_WAIT = 5.0  # seconds to learn the exit code of a container whose streams ended
 
 
 class MarkedLines:
     """One stream's bytes: the protocol's marker lines taken out, the rest handed to *lines*.
 
-    ``feed(data)`` returns the marker lines' texts (after the marker, without
-    the newline). Text before a marker on the same line is a line of its own,
-    as it would be at the end of a cold container's stream.
+    ``expect(texts, own)`` says which marker texts (after the marker, without
+    the newline) end what runs now; ``feed(data)`` returns those that came,
+    at most one until the next ``expect``. A marker line that is not one of
+    them is ordinary output, forwarded unchanged, unless it contains *own*
+    (what only the bootstrap can write: the request's nonce), which is a
+    ProtocolBreak. A marker may follow text on its line, as the bootstrap
+    writes it after whatever the handler left unfinished: that text is then
+    a line of its own, as it would be at the end of a cold container's
+    stream. A candidate split across reads is kept until its newline comes,
+    or until it is longer than any marker can be.
     """
 
     def __init__(self, lines):
         self.lines = lines
         self._carry = b""
+        self._expected: tuple[bytes, ...] = ()
+        self._own: bytes | None = None
+
+    def expect(self, texts=(), own=None):
+        self._expected = texts
+        self._own = own
 
     def feed(self, data):
         data = self._carry + data if self._carry else data
         self._carry = b""
         found: list[bytes] = []
-        while (at := data.find(MARKER)) >= 0:
-            if at:
-                self.lines.feed(data[:at])
-            self.lines.close()                     # text before a marker is a line of its own
-            end = data.find(b"\n", at)
+        written = scan = 0                     # data[written:] is not handed on yet; look for markers from scan
+        while (at := data.find(MARKER, scan)) >= 0:
+            end = data.find(b"\n", at, at + MARKER_LINE_LIMIT + 1)
             if end < 0:
                 if len(data) - at > MARKER_LINE_LIMIT:
-                    raise ProtocolBreak("a marker line without its end")
-                self._carry = data[at:]
+                    scan = at + _MARKER_SIZE    # longer than any marker: ordinary output
+                    continue
+                if at > written:
+                    self.lines.feed(data[written:at])
+                self._carry = data[at:]        # its newline is still to come
                 return found
-            found.append(data[at + _MARKER_SIZE:end])
-            data = data[end + 1:]
-        if data:
-            keep = _marker_prefix(data)
-            self.lines.feed(data[:len(data) - keep] if keep else data)
-            self._carry = data[len(data) - keep:] if keep else b""
+            text = data[at + _MARKER_SIZE:end]
+            if text in self._expected:
+                if at > written:
+                    self.lines.feed(data[written:at])
+                self.lines.close()             # text before a marker is a line of its own
+                found.append(text)
+                self._expected = ()
+                written = scan = end + 1
+                continue
+            if self._own is not None and self._own in text and MARKER not in text:
+                raise ProtocolBreak(f"{_show(text)} where {_due(self._expected)} was due")
+            scan = at + _MARKER_SIZE            # ordinary output; a real marker may still follow on the line
+        rest = data[written:] if written else data
+        if rest:
+            keep = _marker_prefix(rest)
+            self.lines.feed(rest[:len(rest) - keep] if keep else rest)
+            self._carry = rest[len(rest) - keep:] if keep else b""
         return found
 
 
@@ -100,6 +136,10 @@ def _marker_prefix(data):
         if data.endswith(MARKER[:size]):
             return size
     return 0
+
+
+def _due(texts):
+    return " or ".join(sorted(_show(text) for text in texts)) or "no marker"
 
 
 class WarmContainer:
@@ -124,7 +164,6 @@ class WarmContainer:
         self._frames = Frames()
         self._streams = {STDOUT: MarkedLines(Lines(self._sink.write)), STDERR: MarkedLines(Lines(self._sink.write))}
         self._seq = 0
-        self._expected = {}   # stream → the marker text that ends the current request
 
     # --- start --------------------------------------------------------------------
 
@@ -142,8 +181,10 @@ class WarmContainer:
             self._handle, self._sock = protocol.attach(self.api, self.container_id)
             self._wait = protocol.register_wait(self.api, self.container_id, deadline)
             self.api.start(self.container_id)
-            self._expected = {STDOUT: b"ready " + PROTOCOL_VERSION}
-            self._read_markers(deadline)
+            # No handler code runs before the first request: any "ready" is the bootstrap's own.
+            self._streams[STDOUT].expect((b"ready " + PROTOCOL_VERSION,), own=b"ready")
+            self._read_markers(deadline, (STDOUT,))
+            self._streams[STDOUT].expect()
         except BaseException:
             self.broken = True
             raise
@@ -166,15 +207,20 @@ class WarmContainer:
         try:
             self._sink.prefix_with(*prefix_parts)
             self._seq += 1
-            seq = str(self._seq).encode()
-            self._expected = {STDOUT: None, STDERR: b"end " + seq}
-            self._send(request(seq, handler, variables, payload), deadline)
-            done = self._read_markers(deadline, done_seq=seq)
+            seq, nonce = str(self._seq).encode(), secrets.token_hex(16).encode()
+            stdout, stderr = self._streams[STDOUT], self._streams[STDERR]
+            done = b"done %s %s ok" % (seq, nonce)
+            stdout.expect((done, b"done %s %s error" % (seq, nonce)), nonce)
+            stderr.expect((b"end %s %s" % (seq, nonce),), nonce)
+            self._send(request(seq, nonce, handler, variables, payload), deadline)
+            markers = self._read_markers(deadline, (STDOUT, STDERR))
+            stdout.expect()
+            stderr.expect()
         except BaseException:
             self.broken = True
             raise
         self.served += 1
-        return done
+        return markers[STDOUT] == done
 
     def _send(self, data, deadline):
         try:
@@ -185,10 +231,10 @@ class WarmContainer:
         except (BrokenPipeError, ConnectionResetError):
             raise self._exited() from None
 
-    def _read_markers(self, deadline, done_seq=None):
-        """Read until every expected marker arrived; return whether the handler succeeded."""
-        done = None
-        while self._expected:
+    def _read_markers(self, deadline, streams):
+        """Read until each of *streams* brought the marker it expects; {stream: marker text}."""
+        found: dict[int, bytes] = {}
+        while len(found) < len(streams):
             try:
                 self._sock.settimeout(protocol.remaining(deadline))
                 data = self._sock.recv(65536)
@@ -197,35 +243,18 @@ class WarmContainer:
             if not data:
                 raise self._exited()
             for stream, payload in self._frames.feed(data):
-                if stream not in self._streams:
-                    continue
-                for text in self._streams[stream].feed(payload):
-                    result = self._marker(stream, text, done_seq)
-                    if result is not None:
-                        done = result
-        return done
-
-    def _marker(self, stream, text, done_seq):
-        """Check one marker line against what the current request expects."""
-        if stream not in self._expected:
-            raise ProtocolBreak(f"an unexpected marker {_show(text)}")
-        expected = self._expected.pop(stream)
-        if expected is None:                      # "done <seq> ok|error" on stdout
-            word, _, rest = text.partition(b" ")
-            seq, _, result = rest.partition(b" ")
-            if word != b"done" or seq != done_seq or result not in (b"ok", b"error"):
-                raise ProtocolBreak(f"{_show(text)} where \"done {done_seq.decode()} ok|error\" was due")
-            return result == b"ok"
-        if text != expected:
-            raise ProtocolBreak(f"{_show(text)} where {_show(expected)} was due")
-        return None
+                marked = self._streams.get(stream)
+                if marked is not None:
+                    for text in marked.feed(payload):
+                        found[stream] = text
+        return found
 
     def forward_idle_output(self):
         """Forward what the container wrote since its last request ended, under that request's prefix.
 
         Raises ContainerExited when the container ended meanwhile (an engine
-        restart, say), ProtocolBreak for a marker written while idle; either
-        way it is broken and must be removed.
+        restart, say); it is broken then and must be removed. A marker line
+        written while idle is ordinary output: no request's nonce is due.
         """
         try:
             self._forward_idle_output()
@@ -244,8 +273,8 @@ class WarmContainer:
             if not data:
                 raise self._exited()
             for stream, payload in self._frames.feed(data):
-                if stream in self._streams and self._streams[stream].feed(payload):
-                    raise ProtocolBreak("a marker while no request was running")
+                if stream in self._streams:
+                    self._streams[stream].feed(payload)
         for stream in self._streams.values():
             stream.lines.close()
 
@@ -294,10 +323,12 @@ class WarmContainer:
         return gone
 
 
-def request(seq, handler, variables, payload):
-    """The bytes of request *seq* (bytes): run *handler* on *payload* with the context *variables*."""
+def request(seq, nonce, handler, variables, payload):
+    """The bytes of request *seq* (bytes), whose end markers carry *nonce* (bytes): run *handler*
+    on *payload* with the context *variables*."""
     encoded = json.dumps(variables, separators=(",", ":")).encode()
-    return b"invoke %s %s %d %d\n%s%s" % (seq, handler.encode(), len(encoded), len(payload), encoded, payload)
+    return b"invoke %s %s %s %d %d\n%s%s" % (seq, nonce, handler.encode(), len(encoded), len(payload), encoded,
+                                             payload)
 
 
 def _show(text):

@@ -11,16 +11,19 @@
 // the handler's own stdin is /dev/null): stays resident and serves one
 // invocation at a time, reading requests from fd 3:
 //
-//     invoke <seq> <handler> <m> <n>\n<m bytes of context JSON><n bytes of event JSON>
+//     invoke <seq> <nonce> <handler> <m> <n>\n<m bytes of context JSON><n bytes of event JSON>
 //
 // The context is a JSON object of RELAY_* variables (RELAY_MESSAGE_ID,
 // RELAY_ATTEMPT, ...): they are in process.env, with RELAY_HANDLER, while the
 // handler runs, and deleted when it settles, so no invocation sees another's.
 // The handler runs as in one-shot mode (each module imported once); then a
-// marker line goes to each stream, "\x1e\x1frelay:end <seq>" on stderr and
-// "\x1e\x1frelay:done <seq> ok|error" on stdout, after everything the handler
-// wrote there. "\x1e\x1frelay:ready 2" on stdout says it is listening. A
-// handler that exits the process ends the container; Relay replaces it.
+// marker line goes to each stream, "\x1e\x1frelay:end <seq> <nonce>" on stderr
+// and "\x1e\x1frelay:done <seq> <nonce> ok|error" on stdout, after everything
+// the handler wrote there. The nonce is Relay's random token for this request
+// alone: it stays in this loop's locals, never in process.env, so a handler
+// that prints a marker (event text echoed, say) cannot end its invocation
+// with it. "\x1e\x1frelay:ready 3" on stdout says it is listening. A handler
+// that exits the process ends the container; Relay replaces it.
 import { statSync } from "node:fs";
 import { Socket } from "node:net";
 import path from "node:path";
@@ -105,7 +108,7 @@ async function serve() {
     await handlers.get(spec)(parse(text));
   };
   let buffer = Buffer.alloc(0);
-  await mark(process.stdout, "ready 2\n");
+  await mark(process.stdout, "ready 3\n");
   // A socket, not fs.createReadStream: its blocking reads on a pipe would hold process.exit() forever.
   for await (const chunk of new Socket({ fd: 3, readable: true, writable: false })) {
     buffer = Buffer.concat([buffer, chunk]);
@@ -116,10 +119,10 @@ async function serve() {
         break;
       }
       const words = buffer.subarray(0, newline).toString("latin1").split(" ");
-      if (words.length !== 5 || words[0] !== "invoke" || !/^[0-9]+$/.test(words[3]) || !/^[0-9]+$/.test(words[4])) {
+      if (words.length !== 6 || words[0] !== "invoke" || !/^[0-9]+$/.test(words[4]) || !/^[0-9]+$/.test(words[5])) {
         throw new BootstrapError(`not a request: ${JSON.stringify(words.join(" ").slice(0, 100))}`);
       }
-      const [, seq, spec, contextLength, eventLength] = words;
+      const [, seq, nonce, spec, contextLength, eventLength] = words;
       const start = newline + 1 + Number(contextLength);
       const end = start + Number(eventLength);
       if (buffer.length < end) break;
@@ -137,8 +140,8 @@ async function serve() {
       } finally {
         for (const name of Object.keys(variables)) delete process.env[name];
       }
-      await mark(process.stderr, `end ${seq}\n`);
-      await mark(process.stdout, `done ${seq} ${ok ? "ok" : "error"}\n`);
+      await mark(process.stderr, `end ${seq} ${nonce}\n`);
+      await mark(process.stdout, `done ${seq} ${nonce} ${ok ? "ok" : "error"}\n`);
     }
   }
 }

@@ -12,7 +12,7 @@ so the handler's own stdin is /dev/null): stays resident and serves one
 invocation at a time. Each request, read from fd 3, is a header line, the
 invocation's context and the event's bytes:
 
-    invoke <seq> <handler> <m> <n>\\n<m bytes of context JSON><n bytes of event JSON>
+    invoke <seq> <nonce> <handler> <m> <n>\\n<m bytes of context JSON><n bytes of event JSON>
 
 The context is a JSON object of RELAY_* variables (RELAY_MESSAGE_ID,
 RELAY_ATTEMPT, ...): they are in os.environ, with RELAY_HANDLER, while the
@@ -20,10 +20,13 @@ handler runs, and taken out when it returns, so no invocation sees
 another's. The handler runs exactly as in one-shot mode (its module
 imported once, on first use), writing to the same stdout and stderr; then
 the bootstrap writes a marker line to each stream, ``\\x1e\\x1frelay:end
-<seq>`` on stderr and ``\\x1e\\x1frelay:done <seq> ok|error`` on stdout, so
-Relay knows that all of the invocation's output has arrived.
-``\\x1e\\x1frelay:ready 2`` on stdout says the bootstrap is listening. A
-handler that exits the process ends the container; Relay replaces it.
+<seq> <nonce>`` on stderr and ``\\x1e\\x1frelay:done <seq> <nonce> ok|error``
+on stdout, so Relay knows that all of the invocation's output has arrived.
+The nonce is Relay's random token for this request alone: it stays in this
+loop's locals, never in os.environ, so a handler that prints a marker (event
+text echoed, say) cannot end its invocation with it. ``\\x1e\\x1frelay:ready
+3`` on stdout says the bootstrap is listening. A handler that exits the
+process ends the container; Relay replaces it.
 
 Standard library only: it runs inside the function's container, not in Relay.
 """
@@ -55,16 +58,17 @@ def serve():
     _use_function_directory()
     os.set_inheritable(3, False)  # the handlers' child processes never see the requests
     requests = os.fdopen(3, "rb")
-    _write(1, b"ready 2\n")
+    _write(1, b"ready 3\n")
     while True:
         header = requests.readline(512)
         if not header:
             return 0
         words = header.split()
-        if len(words) != 5 or words[0] != b"invoke" or not (words[3].isdigit() and words[4].isdigit()):
+        if len(words) != 6 or words[0] != b"invoke" or not (words[4].isdigit() and words[5].isdigit()):
             print(f"relay: not a request: {header[:100]!r}", file=sys.stderr)
             return 2
-        seq, spec, sizes = words[1], words[2].decode("ascii", "replace"), (int(words[3]), int(words[4]))
+        seq, nonce, spec = words[1], words[2], words[3].decode("ascii", "replace")
+        sizes = int(words[4]), int(words[5])
         context, payload = requests.read(sizes[0]), requests.read(sizes[1])
         if (len(context), len(payload)) != sizes:
             return 2
@@ -81,8 +85,8 @@ def serve():
                 os.environ.pop(name, None)
         sys.stdout.flush()
         sys.stderr.flush()
-        _write(2, b"end " + seq + b"\n")
-        _write(1, b"done " + seq + (b" ok\n" if ok else b" error\n"))
+        _write(2, b"end %s %s\n" % (seq, nonce))
+        _write(1, b"done %s %s %s\n" % (seq, nonce, b"ok" if ok else b"error"))
 
 
 def run(spec, payload):
