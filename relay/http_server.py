@@ -103,7 +103,7 @@ class BoundedWSGIServer(WSGIServer):
         self.connections = set()  # the connections the server has started reading
         self.starved = False      # the pool is full and nothing could be closed: accepting waits
         self.shed = _RareWarning(f"{name} http server at its connection limit; closing the oldest connections "
-                                 "still sending their request", limit=self.cap)
+                                 "waiting on a slow client", limit=self.cap)
         self.slow_bodies = _RareWarning(f"{name} http server closed connections whose request body arrived "
                                         "below the minimum rate", min_bytes_per_second=min_body_rate)
         self.full = self._full_after_shedding  # gevent set it to the pool's full(); same hook, our rule
@@ -145,12 +145,15 @@ class _Connection(WSGIHandler):
         self.received = 0                      # bytes read from the socket, all requests
         self.head_end = 0                      # the stream offset where the current request's head ended
         self.awaiting_client = False           # blocked reading from the socket right now
+        self.ended = False                     # a read found the end of the stream
         self.was_cut = False                   # the server shut the socket down
 
     def handle(self):
         self.server.connections.add(self)
         try:
             super().handle()
+        except ConnectionError:  # an error answer to a client that went away
+            pass
         finally:
             self.server.connections.discard(self)
 
@@ -167,7 +170,9 @@ class _Connection(WSGIHandler):
         return result
 
     def read_request(self, raw_requestline):
-        parsed = super().read_request(raw_requestline)
+        parsed = self.ended or super().read_request(raw_requestline)
+        if self.ended:  # gevent takes a head cut short by the end of the stream for a whole one
+            raise ConnectionAbortedError("the request head ended early")
         self.head_read_at, self.head_end = time.monotonic(), self.rfile.tell()  # tell: what the parser took
         return parsed
 
@@ -187,23 +192,22 @@ class _Connection(WSGIHandler):
 
     def receive_into(self, buffer):
         """Read from the socket into *buffer*, as the raw stream under ``self.rfile``."""
-        wait = self._body_wait_left()
-        if wait is not None and wait <= 0:
-            return self._too_slow()
+        wait = self._body_wait_left()  # past it, only what has already arrived is taken
         sock = self.socket
         self.awaiting_client = True
         self.server.client_awaited()
         try:
             if wait is not None:
-                sock.settimeout(wait)
+                sock.settimeout(max(wait, 0.0))
             count = sock.recv_into(buffer)
-        except TimeoutError:
+        except (TimeoutError, BlockingIOError):
             return self._too_slow()
         finally:
             self.awaiting_client = False
             if wait is not None:
                 sock.settimeout(None)
         self.received += count
+        self.ended = count == 0
         return count
 
     def trickling(self, now):

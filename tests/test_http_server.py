@@ -10,8 +10,14 @@ import gevent
 import pytest
 from gevent import socket
 
-from relay.http_server import (MAX_CONNECTIONS, MIN_CONNECTIONS, BoundedWSGIServer, body_below_rate, body_wait_left,
-                               connection_cap)
+from relay.http_server import (
+    MAX_CONNECTIONS,
+    MIN_CONNECTIONS,
+    BoundedWSGIServer,
+    body_below_rate,
+    body_wait_left,
+    connection_cap,
+)
 
 
 def hello(environ, start_response):
@@ -239,3 +245,34 @@ def test_a_body_is_below_the_rate_over_at_least_the_grace_period(received, elaps
 ])
 def test_a_body_may_wait_until_its_average_would_fall_below_the_rate(received, elapsed, left):
     assert body_wait_left(received, elapsed, min_rate=1024, grace=2.0) == left
+
+
+@pytest.mark.parametrize("head", [b"POST / HTTP/1.1\r\nHost: x\r\nX-Padding: xxxx", b"GET / HT"])
+def test_a_head_cut_short_by_the_end_of_the_stream_is_not_a_request(server, head):
+    """gevent would take the headers read so far for the whole head and run the application."""
+    calls = []
+
+    def counting(environ, start_response):
+        calls.append(environ["PATH_INFO"])
+        return hello(environ, start_response)
+
+    served = server(app=counting)
+    with connect(served) as client:
+        client.sendall(head)
+        client.shutdown(socket.SHUT_WR)
+        with gevent.Timeout(5):
+            assert read_all(client) == b""
+    assert calls == []
+
+
+def test_a_body_that_arrived_in_time_is_read_however_late_the_application_reads_it(server):
+    def late(environ, start_response):
+        gevent.sleep(0.5)   # past the grace before the first read
+        return echo_or_408(environ, start_response)
+
+    served = server(app=late, min_body_rate=1024, body_rate_grace=0.2)
+    with connect(served) as client:
+        client.sendall(b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 20000\r\nConnection: close\r\n\r\n")
+        gevent.sleep(0.1)   # the head is read alone; the body waits in the socket
+        client.sendall(b"z" * 20000)
+        assert read_all(client).endswith(b"got 20000")
