@@ -1,7 +1,8 @@
 """The HTTP server under the metrics endpoint and the webhook: gevent.pywsgi with limits.
 
-A client that connects and sends nothing, or sends a request a byte at a
-time, must not take the server or the worker with it. Three limits:
+A client that connects and sends nothing, sends its request a byte at a
+time, or sends a full head and then trickles its body must not take the
+server or the worker with it, nor keep a scrape or a delivery waiting.
 
 - **A connection cap.** At most ``connection_cap()`` connections are open at
   once: ``min(64, soft RLIMIT_NOFILE // 8)``, at least 4. With ``ulimit -n
@@ -13,30 +14,53 @@ time, must not take the server or the worker with it. Three limits:
   down, so whatever read was blocked sees the end of the stream and the
   connection closes quietly. A kept-alive connection gets a new deadline
   for each request, so an idle one is closed after 10 s.
-- **Shedding the idle under pressure.** When the cap is reached, the server
-  does not leave new connections queued in the kernel's backlog until a
-  deadline frees a slot (a scrape would wait up to 10 s). It shuts down the
-  connection that has waited longest without sending a complete request
-  head, and accepts the next one as soon as that slot is free. A connection
-  whose request is being handled is never shed. So 300 idle sockets cost 32
-  descriptors, and a scrape or a delivery among them is answered at once.
+- **A minimum body rate.** Counted from the moment its head was read, a
+  request body must average ``MIN_BODY_RATE`` (1 KiB/s) once
+  ``BODY_RATE_GRACE`` (2 s) have passed: a read that would wait past the
+  moment the body falls below that average is not made, the application
+  sees the body end early (the webhook answers 408) and the connection
+  closes after the answer.
+- **A body the application leaves is never read.** When the application
+  answers without reading the whole body (``GET /metrics`` with a body, a
+  413 for an oversized delivery), the answer carries ``Connection: close``
+  and the connection closes after it; the rest of the body is not read.
+- **Room for new connections.** Whenever the pool is full, the server
+  closes one *trickling* connection so that the next client is accepted at
+  once rather than queued until a deadline frees a slot. A connection is
+  trickling while the server is blocked reading from it and it is either
+  waiting for (the rest of) a request head (this includes a connection that
+  has sent nothing yet and a kept-alive one idle between requests), or
+  reading a body that is below the minimum rate counted over at least the
+  grace period (``received < MIN_BODY_RATE * max(elapsed, BODY_RATE_GRACE)``,
+  so a body that has not started yet counts). Of the trickling connections,
+  the one whose current request began first is closed. Never closed for
+  room: a connection the server has not yet read (just accepted: its
+  request may already be waiting in the socket), one whose application is
+  working or sending its answer, and one whose body arrives at least at the
+  minimum rate. When nothing can be closed, accepting waits until a slot
+  frees or a connection starts trickling.
 """
 
+import io
 import logging
 import resource
 import socket
 import time
+from operator import attrgetter
 
 from gevent.pool import Pool
-from gevent.pywsgi import WSGIHandler, WSGIServer
+from gevent.pywsgi import Input, WSGIHandler, WSGIServer
 
 log = logging.getLogger("relay.http")
 
 READ_TIMEOUT = 10.0    # seconds for a whole request, from the first wait to the answer
+MIN_BODY_RATE = 1024   # bytes per second a request body averages at least, after the grace period
+BODY_RATE_GRACE = 2.0  # seconds from the end of the head before the body's average rate counts
 MAX_CONNECTIONS = 64   # the cap whatever the file limit
 MIN_CONNECTIONS = 4
 FILE_LIMIT_SHARE = 8   # one server takes at most 1/8 of the soft RLIMIT_NOFILE
-SHED_WARNING_INTERVAL = 60.0
+LISTEN_BACKLOG = 1024  # connections the kernel queues for accept (capped by net.core.somaxconn)
+WARNING_INTERVAL = 60.0
 
 
 def connection_cap(soft_limit=None):
@@ -48,75 +72,185 @@ def connection_cap(soft_limit=None):
     return max(MIN_CONNECTIONS, min(MAX_CONNECTIONS, soft_limit // FILE_LIMIT_SHARE))
 
 
-class BoundedWSGIServer(WSGIServer):
-    """A WSGIServer with a connection cap, a per-request deadline and shedding of idle connections.
+def body_below_rate(received, elapsed, min_rate, grace):
+    """Whether a body that sent *received* bytes in *elapsed* seconds is below *min_rate*,
+    counted over at least *grace* seconds (so a body that has barely started is below it)."""
+    return received < min_rate * max(elapsed, grace)
 
-    *name* ("Metrics", "Webhook") prefixes the warning logged when connections are shed.
+
+def body_wait_left(received, elapsed, min_rate, grace):
+    """Seconds a body that sent *received* bytes in *elapsed* seconds may still wait for its next
+    byte before its average falls below *min_rate* (the first *grace* seconds are free)."""
+    return max(grace, received / min_rate) - elapsed
+
+
+class BoundedWSGIServer(WSGIServer):
+    """A WSGIServer with a connection cap, a request deadline, a minimum body rate, and room
+    kept for new connections by closing the oldest trickling one.
+
+    *name* ("Metrics", "Webhook") prefixes the warnings logged when connections are closed.
     """
 
-    def __init__(self, address, app, *, name, cap=None, read_timeout=READ_TIMEOUT):
+    def __init__(self, address, app, *, name, cap=None, read_timeout=READ_TIMEOUT, min_body_rate=MIN_BODY_RATE,
+                 body_rate_grace=BODY_RATE_GRACE):
         self.cap = cap or connection_cap()
-        super().__init__(address, app, log=None, error_log=None, spawn=Pool(self.cap),
+        super().__init__(address, app, backlog=LISTEN_BACKLOG, log=None, error_log=None, spawn=Pool(self.cap),
                          handler_class=_Connection)
         self.name = name
         self.read_timeout = read_timeout
-        self.waiting = {}  # sockets of connections waiting for a request head, oldest first
-        self._shed_since_warning = 0
-        self._last_warning = None
+        self.min_body_rate = min_body_rate
+        self.body_rate_grace = body_rate_grace
+        self.connections = set()  # the connections the server has started reading
+        self.starved = False      # the pool is full and nothing could be closed: accepting waits
+        self.shed = _RareWarning(f"{name} http server at its connection limit; closing the oldest connections "
+                                 "waiting on a slow client", limit=self.cap)
+        self.slow_bodies = _RareWarning(f"{name} http server closed connections whose request body arrived "
+                                        "below the minimum rate", min_bytes_per_second=min_body_rate)
         self.full = self._full_after_shedding  # gevent set it to the pool's full(); same hook, our rule
 
-    def do_handle(self, sock, address):
-        """A connection just accepted waits for its request from now on (before its greenlet runs)."""
-        self.waiting[sock] = None
-        super().do_handle(sock, address)
-
-    def handle(self, sock, address):
-        try:
-            super().handle(sock, address)
-        finally:
-            self.waiting.pop(sock, None)
-
     def _full_after_shedding(self):
-        """Called before each accept. At the cap, shed the oldest idle connection: its slot
-        frees when its greenlet ends, and the pool then restarts accepting."""
+        """Called before each accept, including right after the accept that fills the pool.
+        At the cap, close the oldest trickling connection: its slot frees when its greenlet
+        ends, and the pool then restarts accepting."""
         if not self.pool.full():
             return False
-        if self.waiting:
-            oldest = next(iter(self.waiting))
-            del self.waiting[oldest]
-            cut(oldest)
-            self._warn_about_shedding()
+        victim = self.oldest_trickling()
+        self.starved = victim is None
+        if victim is not None:
+            victim.cut()
+            self.shed.count()
         return True
 
-    def _warn_about_shedding(self):
-        self._shed_since_warning += 1
+    def oldest_trickling(self):
         now = time.monotonic()
-        if self._last_warning is None or now - self._last_warning >= SHED_WARNING_INTERVAL:
-            log.warning(f"{self.name} http server at its connection limit; closing connections that sent no request",
-                        extra={"limit": self.cap, "closed": self._shed_since_warning})
-            self._last_warning, self._shed_since_warning = now, 0
+        trickling = [connection for connection in self.connections if connection.trickling(now)]
+        return min(trickling, key=attrgetter("request_began"), default=None)
+
+    def client_awaited(self):
+        """A connection is about to wait for its client. If accepting stopped because nothing
+        could be closed, look again: this one may be what the next client replaces."""
+        if self.starved and self._watcher is None and self._timer is None and self.started:
+            self.starved = False
+            self.start_accepting()
 
 
 class _Connection(WSGIHandler):
-    """One client connection: each request runs under the server's deadline, and the
-    connection counts as waiting (sheddable) until its request head is read."""
+    """One client connection: its reads go through receive_into, which knows what the server
+    waits for (a head, a body) and how fast the body comes; each request has the deadline."""
+
+    def __init__(self, sock, address, server, rfile=None):
+        super().__init__(sock, address, server, rfile or io.BufferedReader(_ClientStream(self)))
+        self.request_began = time.monotonic()  # when the server began waiting for the current request
+        self.head_read_at = None               # when its head was read; None while the head is awaited
+        self.received = 0                      # bytes read from the socket, all requests
+        self.head_end = 0                      # the stream offset where the current request's head ended
+        self.awaiting_client = False           # blocked reading from the socket right now
+        self.ended = False                     # a read found the end of the stream
+        self.was_cut = False                   # the server shut the socket down
+
+    def handle(self):
+        self.server.connections.add(self)
+        try:
+            super().handle()
+        except ConnectionError:  # an error answer to a client that went away
+            pass
+        finally:
+            self.server.connections.discard(self)
 
     def handle_one_request(self):
-        server, sock = self.server, self.socket
-        deadline = server.loop.timer(server.read_timeout)
-        deadline.start(cut, sock)
-        server.waiting.setdefault(sock, None)
+        self.request_began, self.head_read_at = time.monotonic(), None
+        deadline = self.server.loop.timer(self.server.read_timeout)
+        deadline.start(self.cut)
         try:
-            return super().handle_one_request()
+            result = super().handle_one_request()
         finally:
             deadline.close()
-            server.waiting.pop(sock, None)
+        if self.was_cut or (result is True and self._body_left()):
+            return None  # close: the socket is shut down, or a body is left unread on it
+        return result
 
     def read_request(self, raw_requestline):
+        parsed = self.ended or super().read_request(raw_requestline)
+        if self.ended:  # gevent takes a head cut short by the end of the stream for a whole one
+            raise ConnectionAbortedError("the request head ended early")
+        self.head_read_at, self.head_end = time.monotonic(), self.rfile.tell()  # tell: what the parser took
+        return parsed
+
+    def get_environ(self):
+        environ = super().get_environ()
+        body = self.wsgi_input
+        self.wsgi_input = _Body(body.rfile, body.content_length, socket=body.socket, chunked_input=body.chunked_input)
+        if environ["wsgi.input"] is body:
+            environ["wsgi.input"] = self.wsgi_input
+        return environ
+
+    def start_response(self, status, headers, exc_info=None):
+        if self._body_left():
+            headers = [(name, value) for name, value in headers if name.lower() != "connection"]
+            headers.append(("Connection", "close"))
+        return super().start_response(status, headers, exc_info)
+
+    def receive_into(self, buffer):
+        """Read from the socket into *buffer*, as the raw stream under ``self.rfile``."""
+        wait = self._body_wait_left()  # past it, only what has already arrived is taken
+        sock = self.socket
+        self.awaiting_client = True
+        self.server.client_awaited()
         try:
-            return super().read_request(raw_requestline)
+            if wait is not None:
+                sock.settimeout(max(wait, 0.0))
+            count = sock.recv_into(buffer)
+        except (TimeoutError, BlockingIOError):
+            return self._too_slow()
         finally:
-            self.server.waiting.pop(self.socket, None)
+            self.awaiting_client = False
+            if wait is not None:
+                sock.settimeout(None)
+        self.received += count
+        self.ended = count == 0
+        return count
+
+    def trickling(self, now):
+        """Whether the server waits on this connection for a head, or for a body below the rate."""
+        if not self.awaiting_client or self.was_cut:
+            return False
+        if self.head_read_at is None:
+            return True
+        server = self.server
+        return body_below_rate(self.received - self.head_end, now - self.head_read_at,
+                               server.min_body_rate, server.body_rate_grace)
+
+    def cut(self):
+        """Shut the socket down: a blocked read returns end-of-stream, a write fails, and the
+        connection ends the ordinary way (closed by its handler, nothing logged)."""
+        self.was_cut = True
+        _shutdown(self.socket, socket.SHUT_RDWR)
+
+    def _too_slow(self):
+        """The body fell below the minimum rate: its reads end here (the application may still
+        answer, on a connection that then closes)."""
+        if not self.was_cut:
+            self.was_cut = True
+            _shutdown(self.socket, socket.SHUT_RD)
+            self.server.slow_bodies.count()
+        return 0
+
+    def _body_wait_left(self):
+        if self.head_read_at is None:
+            return None
+        server = self.server
+        return body_wait_left(self.received - self.head_end, time.monotonic() - self.head_read_at,
+                              server.min_body_rate, server.body_rate_grace)
+
+    def _body_left(self):
+        body = self.wsgi_input
+        return body is not None and body.unread()
+
+    def handle_error(self, t, v, tb):
+        if self.was_cut:  # the application's read or write failed because the server cut it
+            self.close_connection = True
+            return
+        super().handle_error(t, v, tb)
 
     def _handle_client_error(self, ex):
         if isinstance(ex, OSError):  # the peer went away or was cut: close without a word
@@ -124,10 +258,55 @@ class _Connection(WSGIHandler):
         return super()._handle_client_error(ex)
 
 
-def cut(sock):
-    """Shut *sock* down: a blocked read returns end-of-stream, a write fails, and the
-    connection ends the ordinary way (closed by its handler, nothing logged)."""
+class _ClientStream(io.RawIOBase):
+    """The raw stream under a connection's buffered rfile: every read is the connection's."""
+
+    def __init__(self, connection):
+        self.connection = connection
+
+    def readable(self):
+        return True
+
+    def readinto(self, buffer):
+        return self.connection.receive_into(buffer)
+
+    def tell(self):
+        return self.connection.received
+
+
+class _Body(Input):
+    """gevent's request body, except that what the application left is never read: the
+    connection closes instead (see _Connection.start_response and handle_one_request)."""
+
+    __slots__ = ()
+
+    def unread(self):
+        if self.chunked_input:  # up to its last chunk, or stopped by a malformed one
+            return self.chunk_length != 0 or self._chunked_input_error
+        return self.position < (self.content_length or 0)
+
+    def _discard(self):
+        pass
+
+
+class _RareWarning:
+    """Counts closed connections and logs a warning about them at most once a WARNING_INTERVAL."""
+
+    def __init__(self, message, **extra):
+        self.message, self.extra = message, extra
+        self.since_warning = 0
+        self.last_warning = None
+
+    def count(self):
+        self.since_warning += 1
+        now = time.monotonic()
+        if self.last_warning is None or now - self.last_warning >= WARNING_INTERVAL:
+            log.warning(self.message, extra={**self.extra, "closed": self.since_warning})
+            self.last_warning, self.since_warning = now, 0
+
+
+def _shutdown(sock, how):
     try:
-        sock.shutdown(socket.SHUT_RDWR)
+        sock.shutdown(how)
     except OSError:
         pass

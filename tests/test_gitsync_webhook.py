@@ -372,3 +372,45 @@ def test_an_odd_content_length_is_a_client_error_not_a_crash(webhooks, logs, len
     assert not [record for record in logs if record.levelno >= logging.ERROR or record.exc_info]
     settle(hook.jobs)
     assert hook.jobs.runs == 0
+
+
+def exchange(port, request, then=b"", interval=None):
+    """Send *request*, then *then* a byte every *interval* seconds (or not at all); the answer
+    and whether the server closed the connection."""
+    from gevent import socket
+
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as client:
+        client.sendall(request)
+        if interval is not None:
+            for byte in then:
+                gevent.sleep(interval)
+                client.sendall(bytes([byte]))
+        answer = b""
+        while chunk := client.recv(4096):
+            answer += chunk
+    return answer
+
+
+def test_a_content_length_over_25_mib_is_413_at_once_and_the_body_is_never_read(webhooks):
+    hook = webhooks()
+    head = (b"POST /github HTTP/1.1\r\nHost: x\r\nX-GitHub-Event: push\r\n"
+            b"Content-Length: %d\r\n\r\n{" % (25 * 1024 * 1024 + 1))
+    with gevent.Timeout(5):   # not held until the 10 s deadline while the rest never comes
+        answer = exchange(hook.port, head)
+    assert answer.startswith(b"HTTP/1.1 413") and b"\r\nConnection: close\r\n" in answer
+    assert answer.endswith(b"payload too large\n")
+
+
+@pytest.mark.parametrize("head", [
+    b"POST /github HTTP/1.1\r\nHost: x\r\nX-GitHub-Event: push\r\nContent-Length: 5000\r\n\r\n",
+    b"POST /github HTTP/1.1\r\nHost: x\r\nX-GitHub-Event: push\r\nTransfer-Encoding: chunked\r\n\r\n1388\r\n",
+])
+def test_a_body_below_1_kib_per_second_is_408_after_2_seconds(webhooks, head):
+    hook = webhooks()
+    began = time.monotonic()
+    with gevent.Timeout(8):   # cut by the rate, not by the 10 s deadline
+        answer = exchange(hook.port, head, then=b'{"ref": ', interval=0.2)
+    assert answer.startswith(b"HTTP/1.1 408") and answer.endswith(b"request body incomplete\n")
+    assert time.monotonic() - began >= 2   # the grace: a body may take its time to start
+    settle(hook.jobs)
+    assert hook.jobs.runs == 0

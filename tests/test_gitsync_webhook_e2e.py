@@ -17,6 +17,7 @@ from relay.gitsync.source import make_source, save_source
 from relay.secrets.store import FileSecretStore
 from tests.support.gitserver import relay_git
 from tests.support.redis_server import free_port
+from tests.support.tricklers import Tricklers
 from tests.support.workers import Worker, engine_env, namespaced_relay_command, wait_until
 
 SECRET = "e2e-webhook-secret"
@@ -120,10 +121,74 @@ def test_a_signed_delivery_is_answered_while_300_sockets_idle_and_8_bodies_stall
         assert deliver(port, payload) == 200   # signed, checked, and ignored: another ref
         assert time.monotonic() - began < 2    # the issue's bound
         relay.wait_for('msg="Webhook push ignored"')
-        relay.wait_for('msg="Webhook http server at its connection limit; closing connections that sent no request"')
+        relay.wait_for('msg="Webhook http server at its connection limit; closing the oldest connections waiting '
+                       'on a slow client"')
     finally:
         for sock in sockets:
             sock.close()
+        relay.stop()
+        relay.kill()
+    assert relay.process.returncode == 0
+    assert "Too many open files" not in relay.stderr and "Traceback" not in relay.stderr
+
+
+WEBHOOK_TRICKLERS = [
+    # The issue's: a full head, then a body at a byte a second.
+    b"POST /github HTTP/1.1\r\nHost: x\r\nX-GitHub-Event: push\r\nContent-Length: 1000000\r\n\r\n",
+    b"POST /github HTTP/1.1\r\nHost: x\r\nX-GitHub-Event: push\r\nTransfer-Encoding: chunked\r\n\r\nfffff\r\n",
+    b"POST /github HTTP/1.1\r\nHost: x\r\nX-GitHub-Event: push\r\nContent-Length: 1000000\r\n\r\n",
+    b"POST /github HTTP/1.1\r\nHost: x\r\nContent-Length: 100000000000\r\n\r\n",   # 413 at once
+    b"POST /github HTTP/1.1\r\nHost: x\r\nX-Padding: ",                                 # a head that never ends
+    b"",                                                                                # nothing at all
+]
+METRICS_TRICKLERS = [
+    b"GET /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: 1000000\r\n\r\n",  # answered at once, body unread
+    b"POST /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: 1000000\r\n\r\n",
+    b"GET /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: 1000000\r\n\r\n",
+    b"GET /metrics HTTP/1.1\r\nHost: x\r\nX-Padding: ",
+    b"",
+]
+
+
+def scrape(port):
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
+        return response.read().decode()
+
+
+def test_a_scrape_and_a_signed_delivery_are_answered_while_200_clients_trickle_into_each_server(
+        redis_server, redis_client, docker_engine, tmp_path):
+    functions, state = tmp_path / "functions", tmp_path / "state"
+    functions.mkdir(), state.mkdir()
+    save_source(Layout(state_dir=state), make_source("git@github.com:acme/functions.git",
+                                                     webhook_secret="github-webhook"))
+    FileSecretStore(state / "secrets").set("github-webhook", SECRET.encode())
+    webhook, metrics = free_port(), free_port()
+    command = ["prlimit", "--nofile=256:256", "--", *namespaced_relay_command(functions, state, "relay-trickle")]
+    relay = Worker(command, engine_env(redis_server, GIT_WEBHOOK_ADDR=f"127.0.0.1:{webhook}",
+                                       METRICS_ADDR=f"127.0.0.1:{metrics}"), tmp_path, "relay")
+    payload = {"ref": "refs/heads/other", "after": "0" * 40, "deleted": False,
+               "repository": {"full_name": "acme/functions", "ssh_url": "git@github.com:acme/functions.git"}}
+    seconds = []
+    try:
+        relay.wait_for('msg="Relay started"', timeout=300)
+        relay.wait_for('msg="Metrics http server listening"')
+        with Tricklers(webhook, WEBHOOK_TRICKLERS, 200) as at_webhook, \
+                Tricklers(metrics, METRICS_TRICKLERS, 200) as at_metrics:
+            for _ in range(6):   # from the first second of the trickle to well past the 2 s grace
+                time.sleep(1)
+                began = time.monotonic()
+                assert "events_received_total" in scrape(metrics)
+                scraped = time.monotonic()
+                assert deliver(webhook, payload) == 200   # signed, checked, and ignored: another ref
+                seconds.append((scraped - began, time.monotonic() - scraped))
+            assert at_webhook.ended_by_server and at_metrics.ended_by_server
+        print("scrape, delivery seconds:", [(round(scraped, 3), round(delivered, 3)) for scraped, delivered in seconds])
+        assert max(max(pair) for pair in seconds) < 2, seconds   # the issue's bound
+        relay.wait_for('msg="Webhook push ignored"', count=len(seconds))
+        for name in ("Webhook", "Metrics"):
+            relay.wait_for(f'msg="{name} http server at its connection limit; closing the oldest connections '
+                           'waiting on a slow client"')
+    finally:
         relay.stop()
         relay.kill()
     assert relay.process.returncode == 0

@@ -70,3 +70,22 @@ def test_a_taken_port_is_retried_until_it_frees(served):
     assert wait_until(lambda: server.server is not None, timeout=10)
     families = gevent.get_hub().threadpool.apply(scrape, (port,))
     assert "pending_entries" in families
+
+
+@pytest.mark.parametrize("head", [b"GET /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: 1000000\r\n\r\n{",
+                                  b"GET /metrics HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nff\r\n"])
+def test_a_scrape_with_a_body_is_answered_at_once_and_the_body_is_never_read(served, head):
+    from gevent import socket
+
+    metrics, serve = served
+    port = free_port()
+    server = serve(port)
+    assert wait_until(lambda: server.server is not None)
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as client:
+        client.sendall(head)   # and nothing more
+        answer = b""
+        with gevent.Timeout(5):   # not held until the 10 s deadline
+            while chunk := client.recv(65536):
+                answer += chunk
+    assert answer.startswith(b"HTTP/1.1 200") and b"\r\nConnection: close\r\n" in answer
+    assert b"\nevents_received_total 0.0\n" in answer

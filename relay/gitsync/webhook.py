@@ -6,8 +6,10 @@ binds nothing. A port it cannot bind is fatal at start (WebhookBindError),
 so a conflict surfaces instead of healing out of sight.
 
     401  a webhook secret is configured and X-Hub-Signature-256 is missing or wrong
-    408  the body did not arrive in full (the client stopped sending, or was cut at the deadline)
-    413  the body is larger than GitHub ever sends (25 MiB)
+    408  the body did not arrive in full (the client stopped sending, sent below the minimum
+         rate of 1 KiB/s after 2 s, or was cut at the deadline)
+    413  the body is larger than GitHub ever sends (25 MiB); a Content-Length over it is
+         answered before a byte of the body is read, and the connection closes
     400  a push whose payload is not JSON
     202  a push to the configured repository and ref: a sync is scheduled
     200  anything else (pings, other events, repositories or refs, deleted refs): ignored
@@ -17,9 +19,9 @@ runner. The secret's value is read from the secret store on every delivery
 (a rotation applies at once) and is never logged or put in a response.
 
 Slow or idle clients are bounded by relay.http_server: a connection cap,
-a 10 s deadline for each request (headers and body), and connections that
-sent no request shed first at the cap, so a signed delivery is answered
-while hundreds of idle sockets are open.
+a 10 s deadline for each request (headers and body), a minimum body rate,
+and room kept for new connections by closing the oldest trickling one, so
+a signed delivery is answered while hundreds of clients trickle.
 """
 
 import logging

@@ -3,8 +3,10 @@
 Operationally isolated: a port that cannot be bound is logged and retried
 with backoff (never fatal), a failing scrape never touches consumption, and
 the server stops gracefully on shutdown. Idle or slow clients are bounded
-by relay.http_server: a connection cap, a 10 s request deadline, and idle
-connections shed first when the cap is reached.
+by relay.http_server: a connection cap, a 10 s request deadline, and room
+kept for new connections by closing the oldest trickling one. A scrape
+that carries a body is answered like any other, the body unread, and the
+connection closes after the answer.
 """
 
 import logging
