@@ -380,8 +380,6 @@ def _redacted(value):
     fragments after the host are masked too.
     """
     login, at, rest = value.rpartition("@")
-    if not at:
-        login, rest = "", value
     address = re.split(r"[?#]", rest, maxsplit=1)[0]
     masked_options = rest[len(address)] + "***" if len(address) < len(rest) else ""
     if not at:
