@@ -82,6 +82,55 @@ def test_show_prints_every_field_and_the_event_pretty(dlq, redis_client):
     assert result.stdout.endswith('Event:\n{\n  "event_id": "evt_1",\n  "n": 1\n}\n')
 
 
+HOSTILE = "\x1b]0;owned\x07\x1b[2J\x9b31m\u202e\x7f\r\x00"   # title, clear screen, C1 CSI, bidi override, DEL
+
+
+def printable_lines(text):
+    return all(line.isprintable() for line in text.split("\n"))
+
+
+@pytest.mark.parametrize("event", [f'{{"event_id":"evt_1","note":"{HOSTILE}"}}', f"plain text {HOSTILE}\nline 2"])
+def test_show_escapes_every_control_character_a_producer_wrote(dlq, redis_client, event):
+    entry = dead_letter(redis_client, event=event, reason=f"handler failed: {HOSTILE}", attempts="\x1b[5m",
+                        original_id=f"1-0{HOSTILE}", **{keys.DLQ_CONSUMER: f"worker{HOSTILE}",
+                                                         keys.DLQ_GROUP: f"relay{HOSTILE}",
+                                                         keys.DLQ_ORIGINAL_STREAM: f"events{HOSTILE}",
+                                                         keys.DLQ_TIMESTAMP: f"2026{HOSTILE}"})
+    result = dlq("show", entry)
+    assert (result.returncode, result.stderr) == (0, "")
+    assert printable_lines(result.stdout), result.stdout
+    assert "Consumer:        worker\\x1b]0;owned\\x07\\x1b[2J\\x9b31m\\u202e\\x7f\\r\\x00" in result.stdout
+    assert "Attempts:        \\x1b[5m" in result.stdout
+    assert "\\x1b[2J" in result.stdout.partition("Event:\n")[2]
+    assert json.loads(dlq("show", "--json", entry).stdout)["consumer"] == f"worker{HOSTILE}"
+
+
+def test_ls_escapes_every_control_character_a_producer_wrote(dlq, redis_client):
+    dead_letter(redis_client, reason=f"attempts exhausted for orders{HOSTILE}/app.handler",
+                original_id=f"1-0{HOSTILE}")
+    result = dlq("ls")
+    assert (result.returncode, result.stderr) == (0, "")
+    assert printable_lines(result.stdout), result.stdout
+    assert "orders\\x1b]0;owned" in result.stdout.splitlines()[1]
+
+
+@pytest.mark.parametrize("attempts", ["\u00b2", "\u0663", "9" * 5000, "-1", " 3", "3.0"])
+def test_attempts_that_are_not_ascii_digits_are_shown_as_text(dlq, redis_client, attempts):
+    entry = dead_letter(redis_client, attempts=attempts)
+    listed = dlq("ls")
+    assert (listed.returncode, listed.stderr) == (0, "")
+    shown = attempts if len(attempts) < 40 else attempts[:37] + "..."
+    assert shown.strip() in listed.stdout.splitlines()[1]
+    detail = dlq("show", entry)
+    assert (detail.returncode, detail.stderr) == (0, "")
+    assert f"Attempts:        {shown}\n" in detail.stdout
+    assert json.loads(dlq("ls", "--json").stdout)["attempts"] is None
+
+
+def test_a_limit_that_is_not_ascii_digits_is_refused_in_one_line(dlq):
+    assert dlq("ls", "--limit=\u00b2").stderr == "relay dlq ls: --limit='\u00b2' is not a positive whole number\n"
+
+
 @pytest.mark.parametrize("command", ["show", "redrive", "purge"])
 def test_an_unknown_id_is_one_line_and_changes_nothing(dlq, redis_client, command):
     known = dead_letter(redis_client)
