@@ -4,7 +4,9 @@ Each command imports what it needs only when it runs, so administrative
 commands stay fast and never load gevent, docker or redis.
 """
 
+import difflib
 import importlib
+import re
 import sys
 
 from docopt import DocoptExit, docopt
@@ -216,14 +218,16 @@ def run(argv, imported_before_patch=()):
     if not argv:
         print(USAGE, file=sys.stderr, end="")
         return 2
+    usage, name, words = USAGE, "relay", argv
     try:
         top = docopt(USAGE, argv=argv, version=f"relay {__version__}", options_first=True)
         command = top["<command>"]
         if command not in COMMANDS:
             raise DocoptExit(f"relay: unknown command {command!r}; see 'relay --help'")
+        usage, name, words = COMMANDS[command], f"relay {command}", top["<args>"]
         args = docopt(COMMANDS[command], argv=[command, *top["<args>"]])
-    except DocoptExit as usage:
-        print(_usage_error(argv, usage), file=sys.stderr)
+    except DocoptExit as usage_error:
+        print(_usage_error(argv, usage_error, usage, name, words), file=sys.stderr)
         return 2
     except SystemExit as done:  # --help and --version print and exit 0
         return done.code or 0
@@ -235,9 +239,55 @@ def run(argv, imported_before_patch=()):
     return importlib.import_module(ADMIN_COMMANDS[command]).run(args)
 
 
-def _usage_error(argv, usage):
-    """One line naming what was wrong, then the usage lines of that command."""
-    first = str(usage.code).splitlines()[0]
-    if not first.startswith("relay:"):
+_OPTION = re.compile(r"(?<![\w<-])(--?[A-Za-z][A-Za-z0-9-]*)(=<|\s+<)?")
+_DOCOPT_COMPLAINTS = ((" requires argument", " needs a value"), (" must not have an argument", " takes no value"))
+
+
+def _usage_error(argv, error, usage, name, words):
+    """One line naming what was wrong (the first unknown option, when there is one), then the usage lines."""
+    first = str(error.code).splitlines()[0]
+    unknown = _unknown_option(usage, words)
+    if unknown:
+        option, near = unknown
+        hint = f" (did you mean {near}?)" if near else ""
+        first = f"{name}: unknown option {option!r}{hint}; see '{name} --help'"
+    elif first.endswith(tuple(complaint for complaint, _ in _DOCOPT_COMPLAINTS)):
+        for complaint, said in _DOCOPT_COMPLAINTS:
+            first = first.replace(complaint, said)
+        first = f"{name}: {first}"
+    elif not first.startswith("relay:"):
         first = f"relay: invalid arguments: {' '.join(argv) or '(none)'}"
     return f"{first}\n{DocoptExit.usage}"
+
+
+def _unknown_option(usage, words):
+    """The first of *words* that is no option of *usage*, and the known option closest to it.
+
+    An option is known as docopt knows it: by its whole name, or for a long
+    one by a prefix that only it starts with. The value of an option that
+    takes one may follow it as the next word, and "--" ends the options.
+    """
+    known = {option: bool(value) for option, value in _OPTION.findall(usage)}
+    longs = [option for option in known if option.startswith("--")]
+    takes_value = False
+    for word in words:
+        if takes_value or word == "--":
+            if word == "--" and not takes_value:
+                return None
+            takes_value = False
+            continue
+        if word.startswith("--"):
+            option, equals, _ = word.partition("=")
+            matches = [option] if option in known else [known_long for known_long in longs
+                                                        if known_long.startswith(option)]
+            if len(matches) > 1:
+                return option, " or ".join(sorted(matches))
+            if not matches:
+                near = difflib.get_close_matches(option[2:], [known_long[2:] for known_long in longs], n=1)
+                return option, f"--{near[0]}" if near else None
+            takes_value = known[matches[0]] and not equals
+        elif word.startswith("-") and word != "-":
+            for letter in word[1:]:
+                if f"-{letter}" not in known:
+                    return f"-{letter}", None
+    return None
