@@ -40,6 +40,16 @@ Options:
 Run 'relay <command> --help' for the help of one command.
 """
 
+# The commands that read Relay's variables (health, dlq, invoke) also read the service's environment file.
+ENV_FILE_HELP = """
+The variables come from the environment and, for those it lacks, from the
+file --env-file names, else from /etc/relay/relay.env when it exists: the
+file the systemd unit hands 'relay start' (EnvironmentFile=), read as
+systemd reads it (NAME=value lines; # and ; comments; '...' and "..."
+quotes). So 'sudo relay ...' on a host installed from deploy/relay.service
+uses the service's settings. --env-file=/dev/null reads no file.
+"""
+
 COMMANDS = {
     "start": """\
 Run Relay in the foreground: consume the stream, run matching functions.
@@ -56,14 +66,17 @@ work on SIGTERM or SIGINT, lets running invocations finish, and exits 0.
 Check Relay's dependencies: PING Redis and ping the Docker engine.
 
 Usage:
-  relay health
+  relay health [--env-file=<file>]
   relay health (-h | --help)
+
+Options:
+  --env-file=<file>  The file of the variables the environment lacks, as below.
 
 Reads REDIS_URI (and REDIS_SENTINEL_PASSWORD) and the Docker client
 variables (DOCKER_HOST, DOCKER_TLS_VERIFY, DOCKER_CERT_PATH). Under
 Sentinel, asks the Sentinels for the primary, then PINGs it. Exits 0 when
 both answer, else 1 with the first failing check on stderr.
-""",
+""" + ENV_FILE_HELP,
     "stats": """\
 Show the latest operational statistics from the local state database.
 
@@ -120,10 +133,10 @@ Options:
 Inspect the dead-letter stream, send entries back to the stream, or delete them.
 
 Usage:
-  relay dlq ls [--limit=<n>] [--function=<name>] [--since=<duration>] [--json]
-  relay dlq show <dlq-id> [--json]
-  relay dlq redrive (<dlq-id>... | --all) [--function=<name>] [--dry-run]
-  relay dlq purge (<dlq-id>... | --all | --before=<duration>) [--yes]
+  relay dlq ls [--limit=<n>] [--function=<name>] [--since=<duration>] [--json] [--env-file=<file>]
+  relay dlq show <dlq-id> [--json] [--env-file=<file>]
+  relay dlq redrive (<dlq-id>... | --all) [--function=<name>] [--dry-run] [--env-file=<file>]
+  relay dlq purge (<dlq-id>... | --all | --before=<duration>) [--yes] [--env-file=<file>]
   relay dlq (-h | --help)
 
 Options:
@@ -134,12 +147,13 @@ Options:
   --json               Every field as JSON: one object per line for ls.
   --dry-run            Print what would be sent back; change nothing.
   --yes                Delete without asking (required without a terminal).
+  --env-file=<file>    The file of the variables the environment lacks, as below.
 
 Reads REDIS_URI and REDIS_STREAM: the dead-letter stream is
 relay:<REDIS_STREAM>:dlq. 'redrive' adds each entry's event to the stream
 as a new entry (with redriven_from=<dlq-id>) and deletes it from the
 dead-letter stream in one atomic step; it starts with fresh attempts.
-""",
+""" + ENV_FILE_HELP,
     "validate": """\
 Check a functions directory as 'relay start' would load it, without Redis or Docker.
 
@@ -179,13 +193,14 @@ the event or the directory cannot be read.
 Build a function's image and run its handler once on an event, as 'relay start' would.
 
 Usage:
-  relay invoke <function> [<handler>] [--dir=<dir>] [--event=<file>]
+  relay invoke <function> [<handler>] [--dir=<dir>] [--event=<file>] [--env-file=<file>]
   relay invoke (-h | --help)
 
 Options:
-  --dir=<dir>     The functions directory [default: /functions].
-  --event=<file>  The event, one JSON object; - (the default) reads it from
-                  standard input.
+  --dir=<dir>        The functions directory [default: /functions].
+  --event=<file>     The event, one JSON object; - (the default) reads it from
+                     standard input.
+  --env-file=<file>  The file of the variables the environment lacks, as below.
 
 Needs the Docker engine (DOCKER_HOST and the other Docker variables), not
 Redis. The image is built with the same recipe and tag as 'relay start'
@@ -195,7 +210,7 @@ and the rule's timeout. Its output streams to stdout. With no <handler>, the
 handlers whose patterns match the event run in order, stopping at the first
 failure. Exits with the failing handler's status (124 when it timed out),
 0 when all succeed, 3 when no handler matches, 1 when nothing could run.
-""",
+""" + ENV_FILE_HELP,
 }
 
 # The module that implements each administrative command; its run(args) is

@@ -1,6 +1,8 @@
 """``relay dlq`` against a real redis-server, run as an operator would (``python -m relay``)."""
 
 import json
+import os
+import subprocess
 import time
 
 import pytest
@@ -8,7 +10,8 @@ import pytest
 from relay.errors import DeadLetterError
 from relay.stream import keys
 from relay.stream.deadletters import DeadLetter, DeadLetters
-from tests.support.relay_process import base_env, run_relay
+from tests.support.commands import with_service_env
+from tests.support.relay_process import ROOT, base_env, relay_command, run_relay
 from tests.support.workers import Worker, engine_env, harness_command, pending, publish, wait_until, write_function
 
 DLQ = "relay:events:dlq"
@@ -129,6 +132,31 @@ def test_attempts_that_are_not_ascii_digits_are_shown_as_text(dlq, redis_client,
 
 def test_a_limit_that_is_not_ascii_digits_is_refused_in_one_line(dlq):
     assert dlq("ls", "--limit=\u00b2").stderr == "relay dlq ls: --limit='\u00b2' is not a positive whole number\n"
+
+
+def test_dlq_reads_the_services_environment_file_for_what_the_environment_lacks(redis_server, redis_client,
+                                                                                 tmp_path):
+    """A host installed as the README says: the settings are in /etc/relay/relay.env, and ``sudo relay dlq ls``
+    runs without them in its environment."""
+    entry = dead_letter(redis_client)
+    etc = tmp_path / "etc"
+    etc.mkdir()
+    (etc / "relay.env").write_text(f"# Environment of the relay service\nREDIS_URI='{redis_server.address}'\n"
+                                   "REDIS_STREAM=events  \nREDIS_GROUP=relay\n")
+    os.chmod(etc / "relay.env", 0o600)
+    mine = tmp_path / "mine.env"
+    mine.write_text(f"REDIS_URI={redis_server.address}\nREDIS_STREAM=other\n")
+
+    def dlq_ls(*args, **variables):
+        return subprocess.run(with_service_env(relay_command("dlq", "ls", *args), etc), cwd=ROOT,
+                              env=base_env(**variables), capture_output=True, text=True, timeout=60)
+
+    found = dlq_ls()
+    assert (found.returncode, found.stderr) == (0, "")
+    assert [row.split()[0] for row in found.stdout.splitlines()[1:]] == [entry]
+    assert dlq_ls(REDIS_STREAM="other").stdout.splitlines()[1:] == []           # the environment wins
+    assert dlq_ls(f"--env-file={mine}").stdout.splitlines()[1:] == []          # the file named instead
+    assert dlq_ls("--env-file=/dev/null").stderr == "relay dlq ls: REDIS_URI is required and must not be empty\n"
 
 
 @pytest.mark.parametrize("command", ["show", "redrive", "purge"])

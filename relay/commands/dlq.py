@@ -1,7 +1,8 @@
 """``relay dlq ls | show | redrive | purge``: the dead-letter stream, for an operator.
 
 They read REDIS_URI and REDIS_STREAM (the dead-letter stream is
-``relay:<REDIS_STREAM>:dlq``) and need neither Docker nor gevent. Any
+``relay:<REDIS_STREAM>:dlq``) from the environment, or from the service's
+environment file (relay.envfile), and need neither Docker nor gevent. Any
 problem -- Redis unreachable, an id that is not there -- is one line on
 stderr and exit status 1, with nothing changed.
 
@@ -30,11 +31,14 @@ _NAMED_ESCAPES = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
 
 def run(args, environ=None, stdin=None, stdout=None):
     """Run one ``relay dlq`` command from docopt's *args*; return the exit code."""
-    environ = os.environ if environ is None else environ
     stdin = sys.stdin if stdin is None else stdin
     stdout = sys.stdout if stdout is None else stdout
     command = next(word for word in ("ls", "show", "redrive", "purge") if args[word])
     try:
+        if environ is None:
+            from relay.envfile import command_environment
+
+            environ = command_environment(args["--env-file"], os.environ)
         letters = _connect(environ)
         if command == "ls":
             return _ls(letters, args, stdout)
