@@ -97,89 +97,111 @@ def parse_environment(data, shown):
         text = data.decode("utf-8")
     except UnicodeDecodeError as error:
         raise ConfigError(f"{shown}, line {_line_of(data, error.start)}: not UTF-8 text") from None
-    variables = {}
-    for line, name, value in _assignments(text, shown):
+    return {name: value for name, value in _Reader(shown).read(text)}
+
+
+class _Reader:
+    """systemd's parser, one method per state: each reads one character and returns the next state."""
+
+    def __init__(self, shown):
+        self.shown = shown
+        self.found = []        # (name, value), in file order
+        self.name, self.value = [], []
+        self.line = self.start = 1
+
+    def read(self, text):
+        state = self.before_name
+        for character in text:
+            state = state(character)
+            if character == "\n":
+                self.line += 1
+        if state == self.in_name:
+            raise self._refusal('not NAME=value (there is no "=")')
+        if state in (self.single_quoted, self.double_quoted, self.double_quoted_escape):
+            name = _name(self.name)
+            raise self._refusal(f"{'the value of ' + name if _NAME.fullmatch(name) else 'the value'} opens a "
+                                "quote that is never closed")
+        if state == self.unquoted:
+            self._assign(_trailing_blanks_dropped(self.value))
+        elif state in (self.before_value, self.escaped):
+            self._assign(_text(self.value))
+        return self.found
+
+    def before_name(self, character):
+        if character in "#;":
+            return self.comment
+        if character in _BLANK:
+            return self.before_name
+        self.name, self.value, self.start = [character], [], self.line
+        return self.in_name
+
+    def comment(self, character):
+        return self.before_name if character in _NEWLINE else self.comment
+
+    def in_name(self, character):
+        if character in _NEWLINE:
+            raise self._refusal('not NAME=value (there is no "=")')
+        if character == "=":
+            return self.before_value
+        self.name.append(character)
+        return self.in_name
+
+    def before_value(self, character):
+        if character in _NEWLINE:
+            return self._assign(_text(self.value))
+        if character == "'":
+            return self.single_quoted
+        if character == '"':
+            return self.double_quoted
+        if character in _BLANK:
+            return self.before_value
+        return self.unquoted(character)
+
+    def unquoted(self, character):
+        if character in _NEWLINE:
+            return self._assign(_trailing_blanks_dropped(self.value))
+        if character == "\\":
+            self.value.append(_ESCAPED)  # what follows is kept, even a trailing blank
+            return self.escaped
+        self.value.append(character)
+        return self.unquoted
+
+    def escaped(self, character):
+        if character not in _NEWLINE:   # a backslash before a newline joins the lines
+            self.value.append(character)
+        return self.unquoted
+
+    def single_quoted(self, character):
+        if character == "'":
+            return self.before_value
+        self.value.append(character)
+        return self.single_quoted
+
+    def double_quoted(self, character):
+        if character == '"':
+            return self.before_value
+        if character == "\\":
+            return self.double_quoted_escape
+        self.value.append(character)
+        return self.double_quoted
+
+    def double_quoted_escape(self, character):
+        if character in _KEPT_IN_DOUBLE_QUOTES:
+            self.value.append(character)
+        elif character != "\n":
+            self.value += ["\\", character]
+        return self.double_quoted
+
+    def _assign(self, value):
+        name = _name(self.name)
         if not _NAME.fullmatch(name):  # not quoted: a line gone wrong may hold a password before an "="
-            raise ConfigError(f'{shown}, line {line}: what comes before "=" is not a variable name (letters, '
-                              "digits and _, not starting with a digit)")
-        variables[name] = value
-    return variables
+            raise self._refusal('what comes before "=" is not a variable name (letters, digits and _, '
+                                "not starting with a digit)")
+        self.found.append((name, value))
+        return self.before_name
 
-
-def _assignments(text, shown):
-    """(line, name, value) for each assignment in *text*, following systemd's states, one character at a time."""
-    state, name, value, line, start = "before name", [], [], 1, 1
-    for character in text:
-        if state == "before name":
-            if character in "#;":
-                state = "comment"
-            elif character not in _BLANK:
-                state, name, start = "name", [character], line
-        elif state == "name":
-            if character in _NEWLINE:
-                raise ConfigError(f'{shown}, line {start}: not NAME=value (there is no "=")')
-            elif character == "=":
-                state, value = "before value", []
-            else:
-                name.append(character)
-        elif state == "before value":
-            if character in _NEWLINE:
-                yield start, _name(name), _text(value)
-                state = "before name"
-            elif character == "'":
-                state = "single quotes"
-            elif character == '"':
-                state = "double quotes"
-            elif character == "\\":
-                state = "escape"
-                value.append(_ESCAPED)
-            elif character not in _BLANK:
-                state = "value"
-                value.append(character)
-        elif state == "value":
-            if character in _NEWLINE:
-                yield start, _name(name), _trailing_blanks_dropped(value)
-                state = "before name"
-            elif character == "\\":
-                state = "escape"
-                value.append(_ESCAPED)  # a mark: what follows is kept even if it is a blank
-            else:
-                value.append(character)
-        elif state == "escape":
-            state = "value"
-            if character not in _NEWLINE:
-                value.append(character)
-        elif state == "single quotes":
-            if character == "'":
-                state = "before value"
-            else:
-                value.append(character)
-        elif state == "double quotes":
-            if character == '"':
-                state = "before value"
-            elif character == "\\":
-                state = "double quote escape"
-            else:
-                value.append(character)
-        elif state == "double quote escape":
-            state = "double quotes"
-            if character in _KEPT_IN_DOUBLE_QUOTES:
-                value.append(character)
-            elif character != "\n":
-                value += ["\\", character]
-        elif state == "comment" and character in _NEWLINE:
-            state = "before name"
-        if character == "\n":
-            line += 1
-    if state == "name":
-        raise ConfigError(f'{shown}, line {start}: not NAME=value (there is no "=")')
-    if state in ("single quotes", "double quotes", "double quote escape"):
-        what = f"the value of {_name(name)}" if _NAME.fullmatch(_name(name)) else "the value"
-        raise ConfigError(f"{shown}, line {start}: {what} opens a quote that is never closed")
-    if state == "value":
-        yield start, _name(name), _trailing_blanks_dropped(value)
-    elif state in ("before value", "escape"):
-        yield start, _name(name), _text(value)
+    def _refusal(self, problem):
+        return ConfigError(f"{self.shown}, line {self.start}: {problem}")
 
 
 _ESCAPED = object()  # marks, in a value being read, that a backslash kept the next character

@@ -92,7 +92,7 @@ def write_atomically(path, data, mode=0o600, owner=None):
 def open_lock_file(path, owner=None):
     """*path* opened for appending (made when missing, never truncated), given to *owner* when not None:
     a file to flock."""
-    lock = open(path, "a")  # noqa: SIM115 -- the caller holds it open as long as it holds the lock
+    lock = open(path, "a")
     if owner is not None:
         os.fchown(lock.fileno(), *owner)
     return lock

@@ -34,7 +34,7 @@ from typing import Protocol
 
 from relay.config import STATE_DIR
 from relay.errors import SecretError, reason
-from relay.files import private_directory, owner_of, sync_directory, write_atomically
+from relay.files import owner_of, private_directory, sync_directory, write_atomically
 from relay.names import secret_name_problem
 
 SECRETS_DIR = Path(STATE_DIR) / "secrets"
