@@ -276,13 +276,15 @@ def _usage_error(argv, error, usage, name, words):
 
 
 def _unknown_option(usage, words):
-    """The first of *words* that is no option of *usage*, and the known option closest to it.
+    """The first of *words* that is no option of *usage*, and the option(s) it may mean (or None).
 
     An option is known as docopt knows it: by its whole name, or for a long
     one by a prefix that only it starts with. The value of an option that
     takes one may follow it as the next word, and "--" ends the options.
     """
-    known = {option: bool(value) for option, value in _OPTION.findall(usage)}
+    known: dict[str, bool] = {}   # option -> whether it takes a value
+    for option, value in _OPTION.findall(usage):
+        known[option] = known.get(option, False) or bool(value)
     longs = [option for option in known if option.startswith("--")]
     takes_value = False
     for word in words:
