@@ -4,7 +4,9 @@ Each command imports what it needs only when it runs, so administrative
 commands stay fast and never load gevent, docker or redis.
 """
 
+import difflib
 import importlib
+import re
 import sys
 
 from docopt import DocoptExit, docopt
@@ -38,6 +40,16 @@ Options:
 Run 'relay <command> --help' for the help of one command.
 """
 
+# The commands that read Relay's variables (health, dlq, invoke) also read the service's environment file.
+ENV_FILE_HELP = """
+The variables come from the environment and, for those it lacks, from the
+file --env-file names, else from /etc/relay/relay.env when it exists: the
+file the systemd unit hands 'relay start' (EnvironmentFile=), read as
+systemd reads it (NAME=value lines; # and ; comments; '...' and "..."
+quotes). So 'sudo relay ...' on a host installed from deploy/relay.service
+uses the service's settings. --env-file=/dev/null reads no file.
+"""
+
 COMMANDS = {
     "start": """\
 Run Relay in the foreground: consume the stream, run matching functions.
@@ -54,14 +66,17 @@ work on SIGTERM or SIGINT, lets running invocations finish, and exits 0.
 Check Relay's dependencies: PING Redis and ping the Docker engine.
 
 Usage:
-  relay health
+  relay health [--env-file=<file>]
   relay health (-h | --help)
+
+Options:
+  --env-file=<file>  The file of the variables the environment lacks, as below.
 
 Reads REDIS_URI (and REDIS_SENTINEL_PASSWORD) and the Docker client
 variables (DOCKER_HOST, DOCKER_TLS_VERIFY, DOCKER_CERT_PATH). Under
 Sentinel, asks the Sentinels for the primary, then PINGs it. Exits 0 when
 both answer, else 1 with the first failing check on stderr.
-""",
+""" + ENV_FILE_HELP,
     "stats": """\
 Show the latest operational statistics from the local state database.
 
@@ -118,10 +133,10 @@ Options:
 Inspect the dead-letter stream, send entries back to the stream, or delete them.
 
 Usage:
-  relay dlq ls [--limit=<n>] [--function=<name>] [--since=<duration>] [--json]
-  relay dlq show <dlq-id> [--json]
-  relay dlq redrive (<dlq-id>... | --all) [--function=<name>] [--dry-run]
-  relay dlq purge (<dlq-id>... | --all | --before=<duration>) [--yes]
+  relay dlq ls [--limit=<n>] [--function=<name>] [--since=<duration>] [--json] [--env-file=<file>]
+  relay dlq show <dlq-id> [--json] [--env-file=<file>]
+  relay dlq redrive (<dlq-id>... | --all) [--function=<name>] [--dry-run] [--env-file=<file>]
+  relay dlq purge (<dlq-id>... | --all | --before=<duration>) [--yes] [--env-file=<file>]
   relay dlq (-h | --help)
 
 Options:
@@ -132,12 +147,13 @@ Options:
   --json               Every field as JSON: one object per line for ls.
   --dry-run            Print what would be sent back; change nothing.
   --yes                Delete without asking (required without a terminal).
+  --env-file=<file>    The file of the variables the environment lacks, as below.
 
 Reads REDIS_URI and REDIS_STREAM: the dead-letter stream is
 relay:<REDIS_STREAM>:dlq. 'redrive' adds each entry's event to the stream
 as a new entry (with redriven_from=<dlq-id>) and deletes it from the
 dead-letter stream in one atomic step; it starts with fresh attempts.
-""",
+""" + ENV_FILE_HELP,
     "validate": """\
 Check a functions directory as 'relay start' would load it, without Redis or Docker.
 
@@ -177,13 +193,14 @@ the event or the directory cannot be read.
 Build a function's image and run its handler once on an event, as 'relay start' would.
 
 Usage:
-  relay invoke <function> [<handler>] [--dir=<dir>] [--event=<file>]
+  relay invoke <function> [<handler>] [--dir=<dir>] [--event=<file>] [--env-file=<file>]
   relay invoke (-h | --help)
 
 Options:
-  --dir=<dir>     The functions directory [default: /functions].
-  --event=<file>  The event, one JSON object; - (the default) reads it from
-                  standard input.
+  --dir=<dir>        The functions directory [default: /functions].
+  --event=<file>     The event, one JSON object; - (the default) reads it from
+                     standard input.
+  --env-file=<file>  The file of the variables the environment lacks, as below.
 
 Needs the Docker engine (DOCKER_HOST and the other Docker variables), not
 Redis. The image is built with the same recipe and tag as 'relay start'
@@ -193,7 +210,7 @@ and the rule's timeout. Its output streams to stdout. With no <handler>, the
 handlers whose patterns match the event run in order, stopping at the first
 failure. Exits with the failing handler's status (124 when it timed out),
 0 when all succeed, 3 when no handler matches, 1 when nothing could run.
-""",
+""" + ENV_FILE_HELP,
 }
 
 # The module that implements each administrative command; its run(args) is
@@ -216,14 +233,16 @@ def run(argv, imported_before_patch=()):
     if not argv:
         print(USAGE, file=sys.stderr, end="")
         return 2
+    usage, name, words = USAGE, "relay", argv
     try:
         top = docopt(USAGE, argv=argv, version=f"relay {__version__}", options_first=True)
         command = top["<command>"]
         if command not in COMMANDS:
             raise DocoptExit(f"relay: unknown command {command!r}; see 'relay --help'")
+        usage, name, words = COMMANDS[command], f"relay {command}", top["<args>"]
         args = docopt(COMMANDS[command], argv=[command, *top["<args>"]])
-    except DocoptExit as usage:
-        print(_usage_error(argv, usage), file=sys.stderr)
+    except DocoptExit as usage_error:
+        print(_usage_error(argv, usage_error, usage, name, words), file=sys.stderr)
         return 2
     except SystemExit as done:  # --help and --version print and exit 0
         return done.code or 0
@@ -235,9 +254,57 @@ def run(argv, imported_before_patch=()):
     return importlib.import_module(ADMIN_COMMANDS[command]).run(args)
 
 
-def _usage_error(argv, usage):
-    """One line naming what was wrong, then the usage lines of that command."""
-    first = str(usage.code).splitlines()[0]
-    if not first.startswith("relay:"):
+_OPTION = re.compile(r"(?<![\w<-])(--?[A-Za-z][A-Za-z0-9-]*)(=<|\s+<)?")
+_DOCOPT_COMPLAINTS = ((" requires argument", " needs a value"), (" must not have an argument", " takes no value"))
+
+
+def _usage_error(argv, error, usage, name, words):
+    """One line naming what was wrong (the first unknown option, when there is one), then the usage lines."""
+    first = str(error.code).splitlines()[0]
+    unknown = _unknown_option(usage, words)
+    if unknown:
+        option, near = unknown
+        hint = f" (did you mean {near}?)" if near else ""
+        first = f"{name}: unknown option {option!r}{hint}; see '{name} --help'"
+    elif first.endswith(tuple(complaint for complaint, _ in _DOCOPT_COMPLAINTS)):
+        for complaint, said in _DOCOPT_COMPLAINTS:
+            first = first.replace(complaint, said)
+        first = f"{name}: {first}"
+    elif not first.startswith("relay:"):
         first = f"relay: invalid arguments: {' '.join(argv) or '(none)'}"
     return f"{first}\n{DocoptExit.usage}"
+
+
+def _unknown_option(usage, words):
+    """The first of *words* that is no option of *usage*, and the option(s) it may mean (or None).
+
+    An option is known as docopt knows it: by its whole name, or for a long
+    one by a prefix that only it starts with. The value of an option that
+    takes one may follow it as the next word, and "--" ends the options.
+    """
+    known: dict[str, bool] = {}   # option -> whether it takes a value
+    for option, value in _OPTION.findall(usage):
+        known[option] = known.get(option, False) or bool(value)
+    longs = [option for option in known if option.startswith("--")]
+    takes_value = False
+    for word in words:
+        if takes_value or word == "--":
+            if word == "--" and not takes_value:
+                return None
+            takes_value = False
+            continue
+        if word.startswith("--"):
+            option, equals, _ = word.partition("=")
+            matches = [option] if option in known else [known_long for known_long in longs
+                                                        if known_long.startswith(option)]
+            if len(matches) > 1:
+                return option, " or ".join(sorted(matches))
+            if not matches:
+                near = difflib.get_close_matches(option[2:], [known_long[2:] for known_long in longs], n=1)
+                return option, f"--{near[0]}" if near else None
+            takes_value = known[matches[0]] and not equals
+        elif word.startswith("-") and word != "-":
+            for letter in word[1:]:
+                if f"-{letter}" not in known:
+                    return f"-{letter}", None
+    return None

@@ -10,6 +10,7 @@ import re
 import socket
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
+from urllib.parse import quote as quote_url
 from urllib.parse import unquote, urlsplit
 
 from relay.durations import parse_duration
@@ -34,6 +35,7 @@ DEFAULT_SENTINEL_PORT = 26379
 _MASTER_NAME = re.compile(r"^[!-~]+$")   # printable ASCII without spaces: what a Sentinel master name can be
 _LISTEN_FORMS = "[host]:port, e.g. :9090 or 127.0.0.1:9090, with a port from 1 to 65535"
 _SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:/{0,2}")
+_PERCENT_ENCODED = {"/": "%2F", "?": "%3F", "#": "%23"}   # the delimiters that end a URI's authority
 _HOST = re.compile(r"^(?:\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_.-]+)$")
 
 
@@ -69,8 +71,10 @@ class RedisSettings:
 
     @property
     def redacted(self):
-        user = self.username or ""
-        login = f"{user}:***@" if self.password else (f"{user}@" if user else "")
+        """The address with the password masked; a user name without a password may be a
+        misplaced password, so it is masked too; a shown user name is percent-encoded."""
+        user = quote_url(self.username or "", safe="")
+        login = f"{user}:***@" if self.password else ("***@" if user else "")
         if self.sentinel is not None:
             scheme = "rediss+sentinel" if self.tls else "redis+sentinel"
             return f"{scheme}://{login}{self.sentinel.hosts}/{self.sentinel.master}/{self.db}"
@@ -185,9 +189,10 @@ def parse_redis_uri(value):
         raise ConfigError(f"REDIS_URI={quote(shown)} has a control character; use {_REDIS_URI_FORMS}")
     if "://" not in value:
         return _parse_host_port(value, shown)
-    if "@" in value.partition("://")[2].partition("/")[2]:
-        raise ConfigError(f"REDIS_URI={quote(shown)} has \"@\" after a \"/\"; percent-encode a \"/\" "
-                          "in the password as %2F")
+    delimiter = _delimiter_before_login(value.partition("://")[2])
+    if delimiter:
+        raise ConfigError(f"REDIS_URI={quote(shown)} has \"@\" after a \"{delimiter}\"; percent-encode "
+                          f"a \"{delimiter}\" in the password as {_PERCENT_ENCODED[delimiter]}")
     if value.partition("://")[0] in ("redis+sentinel", "rediss+sentinel"):
         return _parse_sentinel_uri(value, shown)
     return _parse_dsn(value, shown)
@@ -353,23 +358,40 @@ def _whole_number(text, digits=18):
     return None
 
 
+def _delimiter_before_login(text):
+    """The first of "/", "?" and "#" in *text* (a URI after its "://") when an "@" follows it, else "".
+
+    Such an "@" can only end a login whose password holds that character
+    unencoded; urlsplit would cut the password there and read the rest as a
+    path, query or fragment.
+    """
+    login_end = text.rfind("@")
+    return next((character for character in text[:max(login_end, 0)] if character in _PERCENT_ENCODED), "")
+
+
 def _redacted(value):
     """*value* with the login's password masked, whether or not it parses as a URL.
 
-    The login is everything before the last "@" after an optional scheme
-    ("redis://", "redis:/", "redis:" and even "user:" all count): its user
-    name stays, the rest becomes ***. A login without a colon may be a bare
-    password, so it is masked whole. Options (?password=…) are masked too.
+    The login is everything before the last "@" anywhere in *value*, so a
+    password holding "?", "#", "/" or "@" unencoded is masked whole, after an
+    optional scheme ("redis://", "redis:/", "redis:" or any "name://"): its
+    user name stays, the rest becomes ***. A login without a colon may be a
+    bare password, so it is masked whole. Options (?password=…) and
+    fragments after the host are masked too.
     """
-    address, question, options = value.partition("?")
-    masked_options = "?***" if question else ""
-    login, at, rest = address.rpartition("@")
+    login, at, rest = value.rpartition("@")
+    address = re.split(r"[?#]", rest, maxsplit=1)[0]
+    masked_options = rest[len(address)] + "***" if len(address) < len(rest) else ""
     if not at:
         return address + masked_options
     scheme = _SCHEME.match(login)
-    start = scheme.end() if scheme else 0
+    start = scheme.end() if scheme and (scheme.group().endswith("//") or _is_redis_scheme(scheme.group())) else 0
     user, colon, _ = login[start:].partition(":")
-    return f"{login[:start]}{user + ':***' if colon else '***'}@{rest}{masked_options}"
+    return f"{login[:start]}{user + ':***' if colon else '***'}@{address}{masked_options}"
+
+
+def _is_redis_scheme(prefix):
+    return prefix.partition(":")[0] in ("redis", "rediss", "redis+sentinel", "rediss+sentinel")
 
 
 def host_port(host, port):

@@ -50,8 +50,15 @@ def test_help_after_a_subcommand(args):
     (("bogus",), "relay: unknown command 'bogus'; see 'relay --help'"),
     (("git", "set"), "relay: invalid arguments: git set"),
     (("secret", "set", "a", "b"), "relay: invalid arguments: secret set a b"),
-    (("start", "--bogus"), "relay: invalid arguments: start --bogus"),
+    (("start", "--bogus"), "relay start: unknown option '--bogus'; see 'relay start --help'"),
     (("function", "rm", "x"), "relay: invalid arguments: function rm x"),
+    (("stats", "--jsn"), "relay stats: unknown option '--jsn' (did you mean --json?); see 'relay stats --help'"),
+    (("stats", "-x"), "relay stats: unknown option '-x'; see 'relay stats --help'"),
+    (("--versoin",), "relay: unknown option '--versoin' (did you mean --version?); see 'relay --help'"),
+    (("dlq", "ls", "--since", "-5m", "--limit=2", "--bogus"), "relay dlq: unknown option '--bogus'; "),
+    (("match", "--e"), "relay match: unknown option '--e' (did you mean --event or --explain?)"),
+    (("dlq", "ls", "--limit"), "relay dlq: --limit needs a value"),
+    (("stats", "--json=yes"), "relay stats: --json takes no value"),
 ])
 def test_usage_errors_exit_2(args, first_line):
     result = run_relay(*args)

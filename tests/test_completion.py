@@ -73,10 +73,12 @@ def test_invoke_completes_function_names_then_their_handlers(tmp_path):
                    "    cron: '0 0 * * *'\n", {})
     write_function(tmp_path, "users", "runtime: node24\nevents: []\n", {})
     (tmp_path / "no-template").mkdir()
-    assert complete(f"relay invoke --dir={tmp_path} ") == ["--dir=", "--event=", "--help", "orders", "users"]
+    assert complete(f"relay invoke --dir={tmp_path} ") == ["--dir=", "--event=", "--env-file=", "--help", "orders",
+                                                           "users"]
     assert complete(f"relay invoke --dir={tmp_path} o") == ["orders"]
     assert complete(f"relay invoke --dir={tmp_path} orders a.") == ["a.created", "a.updated", "a.nightly"]
-    assert complete(f"relay invoke --dir={tmp_path} orders a.created ") == ["--dir=", "--event=", "--help"]
+    assert complete(f"relay invoke --dir={tmp_path} orders a.created ") == ["--dir=", "--event=", "--env-file=",
+                                                                            "--help"]
 
 
 def test_a_flag_value_is_completed_after_its_equals_sign(tmp_path):
@@ -89,6 +91,8 @@ def test_a_flag_value_is_completed_after_its_equals_sign(tmp_path):
     # Without '=' in COMP_WORDBREAKS the whole word is replaced.
     assert complete(f"relay invoke --dir={tmp_path}/ev", breaks=" \t\n") == [f"--dir={tmp_path}/events"]
     assert complete("relay dlq purge --be") == ["--before="]
+    (tmp_path / "relay.env").write_text("")
+    assert complete(f"relay health --env-file={tmp_path}/rel") == [f"{tmp_path}/relay.env"]
 
 
 def test_validate_and_match_complete_a_directory(tmp_path):

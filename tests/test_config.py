@@ -171,6 +171,37 @@ def test_a_password_with_an_unencoded_slash_is_refused_without_showing_it():
         assert "hun" not in message and "ter2" not in message
 
 
+@pytest.mark.parametrize(("uri", "delimiter", "encoded"), [
+    ("redis://u:ab?cd@h", "?", "%3F"), ("redis://u:ab#cd@h:1/0", "#", "%23"), ("rediss://:ab?cd?@h", "?", "%3F"),
+    ("redis+sentinel://u:ab?cd@s1/m", "?", "%3F"), ("rediss+sentinel://:ab#cd@s1:1,s2/m/0", "#", "%23"),
+    ("redis://u:ab/cd?@h", "/", "%2F"), ("redis://u:ab?cd/@h", "?", "%3F"),
+])
+def test_a_password_with_an_unencoded_delimiter_is_refused_without_any_part_of_it(uri, delimiter, encoded):
+    message = rejected(REDIS_URI=uri)
+    assert f'has "@" after a "{delimiter}"; percent-encode a "{delimiter}" in the password as {encoded}' in message
+    assert "ab" not in message and "cd" not in message
+
+
+URI_DELIMITERS = ":/?#[]@!$&'()*+,;=% \\\"<>{}|^`"
+LOGIN_FORMS = [
+    "redis://u:{}@h:1/0", "redis://:{}@h", "rediss://u:{}@h", "redis://u:{}@h:bad", "redis://u:{}@h:1?x=1",
+    "redis+sentinel://u:{}@s1:1,s2/m/0", "rediss+sentinel://:{}@s1/m", "redis+sentinel://u:{}@s1:bad/m",
+    "u:{}@h:1", ":{}@h", "{}@h", "redis://{}@h", "redis+sentinel://{}@s1/m",
+]
+
+
+@pytest.mark.parametrize(("form", "delimiter"), [
+    (form, delimiter) for form in LOGIN_FORMS for delimiter in URI_DELIMITERS
+    if not (delimiter == ":" and "{}@" in form.replace(":{}@", ""))])  # the first ":" of a bare login ends its user
+def test_no_delimiter_in_a_password_shows_any_part_of_it(form, delimiter):
+    password = f"PWA{delimiter}PWB{delimiter}PWC"
+    try:
+        shown = parse_redis_uri(form.format(password)).redacted
+    except ConfigError as error:
+        shown = str(error)
+    assert "PW" not in shown
+
+
 def test_redis_password_never_in_errors_or_repr():
     message = rejected(REDIS_URI="redis://admin:hunter2@redis:notaport")
     assert "hunter2" not in message and "admin:***@" in message

@@ -1,6 +1,8 @@
 """``relay dlq`` against a real redis-server, run as an operator would (``python -m relay``)."""
 
 import json
+import os
+import subprocess
 import time
 
 import pytest
@@ -8,7 +10,8 @@ import pytest
 from relay.errors import DeadLetterError
 from relay.stream import keys
 from relay.stream.deadletters import DeadLetter, DeadLetters
-from tests.support.relay_process import base_env, run_relay
+from tests.support.commands import with_service_env
+from tests.support.relay_process import ROOT, base_env, relay_command, run_relay
 from tests.support.workers import Worker, engine_env, harness_command, pending, publish, wait_until, write_function
 
 DLQ = "relay:events:dlq"
@@ -80,6 +83,80 @@ def test_show_prints_every_field_and_the_event_pretty(dlq, redis_client):
     assert f"DLQ ID:          {entry}" in result.stdout
     assert "Reason:          attempts exhausted for orders/app.handler" in result.stdout
     assert result.stdout.endswith('Event:\n{\n  "event_id": "evt_1",\n  "n": 1\n}\n')
+
+
+HOSTILE = "\x1b]0;owned\x07\x1b[2J\x9b31m\u202e\x7f\r\x00"   # title, clear screen, C1 CSI, bidi override, DEL
+
+
+def printable_lines(text):
+    return all(line.isprintable() for line in text.split("\n"))
+
+
+@pytest.mark.parametrize("event", [f'{{"event_id":"evt_1","note":"{HOSTILE}"}}', f"plain text {HOSTILE}\nline 2"])
+def test_show_escapes_every_control_character_a_producer_wrote(dlq, redis_client, event):
+    entry = dead_letter(redis_client, event=event, reason=f"handler failed: {HOSTILE}", attempts="\x1b[5m",
+                        original_id=f"1-0{HOSTILE}", **{keys.DLQ_CONSUMER: f"worker{HOSTILE}",
+                                                         keys.DLQ_GROUP: f"relay{HOSTILE}",
+                                                         keys.DLQ_ORIGINAL_STREAM: f"events{HOSTILE}",
+                                                         keys.DLQ_TIMESTAMP: f"2026{HOSTILE}"})
+    result = dlq("show", entry)
+    assert (result.returncode, result.stderr) == (0, "")
+    assert printable_lines(result.stdout), result.stdout
+    assert "Consumer:        worker\\x1b]0;owned\\x07\\x1b[2J\\x9b31m\\u202e\\x7f\\r\\x00" in result.stdout
+    assert "Attempts:        \\x1b[5m" in result.stdout
+    assert "\\x1b[2J" in result.stdout.partition("Event:\n")[2]
+    assert json.loads(dlq("show", "--json", entry).stdout)["consumer"] == f"worker{HOSTILE}"
+
+
+def test_ls_escapes_every_control_character_a_producer_wrote(dlq, redis_client):
+    dead_letter(redis_client, reason=f"attempts exhausted for orders{HOSTILE}/app.handler",
+                original_id=f"1-0{HOSTILE}")
+    result = dlq("ls")
+    assert (result.returncode, result.stderr) == (0, "")
+    assert printable_lines(result.stdout), result.stdout
+    assert "orders\\x1b]0;owned" in result.stdout.splitlines()[1]
+
+
+@pytest.mark.parametrize("attempts", ["\u00b2", "\u0663", "9" * 5000, "-1", " 3", "3.0"])
+def test_attempts_that_are_not_ascii_digits_are_shown_as_text(dlq, redis_client, attempts):
+    entry = dead_letter(redis_client, attempts=attempts)
+    listed = dlq("ls")
+    assert (listed.returncode, listed.stderr) == (0, "")
+    shown = attempts if len(attempts) < 40 else attempts[:37] + "..."
+    assert shown.strip() in listed.stdout.splitlines()[1]
+    detail = dlq("show", entry)
+    assert (detail.returncode, detail.stderr) == (0, "")
+    assert f"Attempts:        {shown}\n" in detail.stdout
+    assert json.loads(dlq("ls", "--json").stdout)["attempts"] is None
+
+
+def test_a_limit_that_is_not_ascii_digits_is_refused_in_one_line(dlq):
+    assert dlq("ls", "--limit=\u00b2").stderr == "relay dlq ls: --limit='\u00b2' is not a positive whole number\n"
+
+
+def test_dlq_reads_the_services_environment_file_for_what_the_environment_lacks(redis_server, redis_client,
+                                                                                 tmp_path):
+    """A host installed as the README says: the settings are in /etc/relay/relay.env, and ``sudo relay dlq ls``
+    runs without them in its environment."""
+    entry = dead_letter(redis_client)
+    etc = tmp_path / "etc"
+    etc.mkdir()
+    (etc / "relay.env").write_text(f"# Environment of the relay service\nREDIS_URI='{redis_server.address}'\n"
+                                   "REDIS_STREAM=events  \nREDIS_GROUP=relay\n")
+    os.chmod(etc / "relay.env", 0o600)
+    mine = tmp_path / "mine.env"
+    mine.write_text(f"REDIS_URI={redis_server.address}\nREDIS_STREAM=other\n")
+
+    def dlq_ls(*args, **variables):
+        return subprocess.run(with_service_env(relay_command("dlq", "ls", *args), etc), cwd=ROOT,
+                              env=base_env(**variables), capture_output=True, text=True, timeout=60)
+
+    found = dlq_ls()
+    assert (found.returncode, found.stderr) == (0, "")
+    assert [row.split()[0] for row in found.stdout.splitlines()[1:]] == [entry]
+    assert dlq_ls(REDIS_STREAM="other").stdout.splitlines()[1:] == []           # the environment wins
+    assert dlq_ls(f"--env-file={mine}").stdout.splitlines()[1:] == []          # the file named instead
+    assert dlq_ls("--env-file=/dev/null").stderr == "relay dlq ls: REDIS_URI is required and must not be empty\n"
 
 
 @pytest.mark.parametrize("command", ["show", "redrive", "purge"])

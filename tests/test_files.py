@@ -108,3 +108,31 @@ def test_a_write_syncs_the_directory_after_the_rename(tmp_path, monkeypatch):
 def test_syncing_a_directory_that_cannot_be_opened_is_quiet(tmp_path):
     sync_directory(tmp_path)
     sync_directory(tmp_path / "missing")
+
+
+def owner(path):
+    status = os.lstat(path)
+    return status.st_uid, status.st_gid
+
+
+def test_what_root_writes_in_a_directory_of_another_owner_is_given_to_that_owner(tmp_path):
+    """The tests run as root, as an operator's sudo does (tests/test_state_owner.py runs the commands)."""
+    assert os.geteuid() == 0
+    state = tmp_path / "state"
+    state.mkdir()
+    assert files.owner_of(state) is None  # root's own directory: nothing to give
+    os.chown(state, 4242, 4343)
+    assert files.owner_of(state) == (4242, 4343) and files.owner_of(tmp_path / "missing") is None
+    directory = private_directory(state / "ssh", owner=(4242, 4343))
+    write_atomically(directory / "known_hosts", b"pins", owner=(4242, 4343))
+    with files.open_lock_file(state / "sync.lock", owner=(4242, 4343)):
+        pass
+    assert {owner(path) for path in (directory, directory / "known_hosts", state / "sync.lock")} == {(4242, 4343)}
+    tree = state / "checkout"
+    (tree / "a" / "b").mkdir(parents=True)
+    (tree / "a" / "b" / "file").write_text("x")
+    os.symlink("/etc/passwd", tree / "a" / "link")
+    files.give_tree(tree, (4242, 4343))
+    assert {owner(path) for path in (tree, tree / "a", tree / "a" / "b", tree / "a" / "b" / "file",
+                                     tree / "a" / "link")} == {(4242, 4343)}
+    assert owner("/etc/passwd") == (0, 0)  # the link itself was given, never what it points at

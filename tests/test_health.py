@@ -1,9 +1,13 @@
 """``relay health`` against a real redis-server and the real Docker engine."""
 
+import os
+import subprocess
+
 import pytest
 
+from tests.support.commands import with_service_env
 from tests.support.redis_server import RedisServer, free_port
-from tests.support.relay_process import base_env, run_relay
+from tests.support.relay_process import ROOT, base_env, relay_command, run_relay
 
 # Every test runs relay health as a process, most against Redis: no fixture says so, hence the mark.
 pytestmark = pytest.mark.integration
@@ -93,3 +97,37 @@ def test_a_dependency_that_never_answers_fails_within_the_deadline():
     assert result.returncode == 1 and result.stdout == ""
     assert result.stderr == f"relay health: Redis at redis://127.0.0.1:{redis_port}/0 did not answer within 5s\n"
     assert took < 9, f"relay health took {took:.1f}s"
+
+
+def health_with_service_env(etc, *args, as_uid=None):
+    """``relay health`` where the directory *etc* is /etc/relay, with none of Relay's variables set."""
+    command = relay_command("health", *args)
+    if as_uid is not None:
+        command = ["setpriv", f"--reuid={as_uid}", f"--regid={as_uid}", "--clear-groups", *command]
+    return subprocess.run(with_service_env(command, etc), cwd=ROOT, env=base_env(), capture_output=True, text=True,
+                          timeout=60)
+
+
+def test_health_reads_the_services_environment_file(redis_server, docker_engine, tmp_path):
+    etc = tmp_path / "etc"
+    etc.mkdir()
+    (etc / "relay.env").write_text(f"REDIS_URI={redis_server.address}\nREDIS_STREAM=events\nREDIS_GROUP=relay\n")
+    result = health_with_service_env(etc)
+    assert (result.returncode, result.stderr) == (0, "")
+    assert result.stdout.splitlines()[0] == f"redis: ok (redis://{redis_server.address}/0)"
+
+
+def test_a_malformed_or_unreadable_environment_file_is_one_line(tmp_path):
+    etc = tmp_path / "etc"
+    etc.mkdir()
+    env_file = etc / "relay.env"
+    env_file.write_text("REDIS_URI=redis://relay:hunter2@127.0.0.1:1\nREDIS_STREAM events\n")
+    result = health_with_service_env(etc)
+    assert result.returncode == 1
+    assert result.stderr == 'relay health: /etc/relay/relay.env, line 2: not NAME=value (there is no "=")\n'
+    env_file.write_text("REDIS_URI=redis://127.0.0.1:1\n")
+    os.chmod(env_file, 0o600)
+    nobody = health_with_service_env(etc, as_uid=65534)
+    assert nobody.returncode == 1
+    assert nobody.stderr == ("relay health: cannot read the environment file /etc/relay/relay.env: "
+                             "Permission denied\n")

@@ -19,7 +19,7 @@ import pytest
 
 from relay.functions import load_function
 from relay.runtime.images import ImageBuilder
-from tests.support.commands import relay_secret
+from tests.support.commands import relay_secret, with_service_env
 from tests.support.relay_process import ROOT, base_env
 from tests.support.runtime import remove_images
 from tests.support.workers import write_function
@@ -235,6 +235,17 @@ def test_a_missing_secret_or_an_unreachable_engine_stops_it_before_any_container
     assert unreachable.returncode == 1
     assert unreachable.stderr.startswith("relay invoke: Docker engine at tcp://127.0.0.1:1 is unreachable")
     assert len(unreachable.stderr.splitlines()) == 1
+
+
+def test_the_docker_variables_come_from_the_services_environment_file(functions, tmp_path):
+    root, state, cold, _ = functions
+    etc = tmp_path / "etc"
+    etc.mkdir()
+    (etc / "relay.env").write_text("# the service's Docker engine\nDOCKER_HOST=tcp://127.0.0.1:1\n")
+    result = invoke(state, cold, f"--dir={root}", event={"kind": "inspect", "id": 7},
+                    program=with_service_env([sys.executable, "-m", "relay"], etc))
+    assert result.returncode == 1
+    assert result.stderr.startswith("relay invoke: Docker engine at tcp://127.0.0.1:1 is unreachable")
 
 
 def test_relay_pyz_invokes_a_handler(pyz, tmp_path):

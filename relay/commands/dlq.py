@@ -1,9 +1,16 @@
 """``relay dlq ls | show | redrive | purge``: the dead-letter stream, for an operator.
 
 They read REDIS_URI and REDIS_STREAM (the dead-letter stream is
-``relay:<REDIS_STREAM>:dlq``) and need neither Docker nor gevent. Any
+``relay:<REDIS_STREAM>:dlq``) from the environment, or from the service's
+environment file (relay.envfile), and need neither Docker nor gevent. Any
 problem -- Redis unreachable, an id that is not there -- is one line on
 stderr and exit status 1, with nothing changed.
+
+Every field of an entry is whatever a producer or a handler wrote, so the
+human output shows each one through ``_shown``: a character a terminal could
+act on (C0 and C1 controls, ESC, DEL, bidirectional overrides, line
+separators, lone surrogates: whatever ``str.isprintable`` refuses) is written
+as an escape such as \\x1b or \\u009b. ``--json`` output is JSON's own.
 """
 
 import base64
@@ -16,17 +23,22 @@ import time
 import redis
 
 from relay.errors import RelayError
+from relay.quoting import shorten
 
 REDRIVE_CHUNK = 100  # entries sent back per script: each chunk is one atomic step
+_NAMED_ESCAPES = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
 
 
 def run(args, environ=None, stdin=None, stdout=None):
     """Run one ``relay dlq`` command from docopt's *args*; return the exit code."""
-    environ = os.environ if environ is None else environ
     stdin = sys.stdin if stdin is None else stdin
     stdout = sys.stdout if stdout is None else stdout
     command = next(word for word in ("ls", "show", "redrive", "purge") if args[word])
     try:
+        if environ is None:
+            from relay.envfile import command_environment
+
+            environ = command_environment(args["--env-file"], os.environ)
         letters = _connect(environ)
         if command == "ls":
             return _ls(letters, args, stdout)
@@ -72,9 +84,9 @@ def _ls(letters, args, stdout):
             stdout.write(json.dumps(_record(letter), ensure_ascii=False) + "\n")
         return 0
     now_ms = time.time() * 1000
-    rows = [(letter.dlq_id, letter.original_id or "-", _age(now_ms - letter.dead_lettered_ms),
-             "-" if letter.attempts is None else str(letter.attempts), ",".join(letter.targets) or "-",
-             _one_line(letter.reason)) for letter in found]
+    rows = [(_shown(letter.dlq_id), _shown(letter.original_id) or "-", _age(now_ms - letter.dead_lettered_ms),
+             _attempts(letter), _shown(",".join(letter.targets)) or "-",
+             _shown(_one_line(letter.reason))) for letter in found]
     header = ("DLQ ID", "ORIGINAL ID", "AGE", "ATTEMPTS", "FUNCTION", "REASON")
     widths = [max(len(row[column]) for row in [header, *rows]) for column in range(5)]
     room = shutil.get_terminal_size().columns if stdout.isatty() else None
@@ -92,14 +104,14 @@ def _show(letters, args, stdout):
         stdout.write(json.dumps(_record(letter), ensure_ascii=False, indent=2) + "\n")
         return 0
     age = _age(time.time() * 1000 - letter.dead_lettered_ms)
-    lines = [("DLQ ID", letter.dlq_id), ("Original stream", letter.original_stream),
-             ("Original ID", letter.original_id), ("Group", letter.group), ("Consumer", letter.consumer),
-             ("Dead-lettered", f"{letter.timestamp} ({age} ago)"),
-             ("Attempts", "-" if letter.attempts is None else str(letter.attempts)),
-             ("Functions", ", ".join(letter.targets) or "-"), ("Reason", _one_line(letter.reason))]
+    lines = [("DLQ ID", _shown(letter.dlq_id)), ("Original stream", _shown(letter.original_stream)),
+             ("Original ID", _shown(letter.original_id)), ("Group", _shown(letter.group)),
+             ("Consumer", _shown(letter.consumer)), ("Dead-lettered", f"{_shown(letter.timestamp)} ({age} ago)"),
+             ("Attempts", _attempts(letter)),
+             ("Functions", _shown(", ".join(letter.targets)) or "-"), ("Reason", _shown(_one_line(letter.reason)))]
     if letter.truncated:
-        lines.append(("Truncated", f"yes: the event had {letter.event_bytes} bytes; the first "
-                                   f"{len(letter.event)} are kept"))
+        size = "was too big to keep whole" if letter.event_bytes is None else f"had {letter.event_bytes} bytes"
+        lines.append(("Truncated", f"yes: the event {size}; the first {len(letter.event)} are kept"))
     for name, value in lines:
         stdout.write(f"{name + ':':<17}{value}\n")
     stdout.write("Event:\n" + _pretty(letter.event) + "\n")
@@ -176,18 +188,43 @@ def _record(letter):
 
 
 def _pretty(event):
+    """The event for a person: indented when it is JSON, its lines kept, nothing a terminal acts on."""
     try:
         text = event.decode("utf-8")
     except UnicodeDecodeError:
         return f"(not UTF-8; {len(event)} bytes) {event[:200]!r}"
     try:
-        return json.dumps(json.loads(text), indent=2, ensure_ascii=False)
+        text = json.dumps(json.loads(text), indent=2, ensure_ascii=False)
     except (ValueError, RecursionError):
-        return text
+        pass
+    return "\n".join(_shown(line) for line in text.split("\n"))
 
 
 def _one_line(text):
     return " ".join(text.split())
+
+
+def _attempts(letter):
+    """The attempts as a number, or the field's own text (escaped, cut) when it is not ASCII digits."""
+    if letter.attempts is not None:
+        return str(letter.attempts)
+    return shorten(_shown(letter.attempts_text), 40) or "-"
+
+
+def _shown(text):
+    """*text* with every character that ``str.isprintable`` refuses written as a Python-style escape."""
+    if text.isprintable():
+        return text
+    return "".join(character if character.isprintable() else _escape(character) for character in text)
+
+
+def _escape(character):
+    code = ord(character)
+    if character in _NAMED_ESCAPES:
+        return _NAMED_ESCAPES[character]
+    if code < 0x100:
+        return f"\\x{code:02x}"
+    return f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
 
 
 def _age(milliseconds):
@@ -203,7 +240,7 @@ def _entries(count):
 
 
 def _positive(text, option):
-    if not text.isdigit() or int(text) < 1:
+    if not (text.isascii() and text.isdigit() and len(text) <= 18) or int(text) < 1:
         raise _refusal(f"{option}={text!r} is not a positive whole number")
     return int(text)
 

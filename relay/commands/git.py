@@ -138,11 +138,12 @@ def _status_json(source, layout):
 def _remove(args, layout):
     import fcntl
 
+    from relay.files import open_lock_file
     from relay.gitsync.source import load_source
 
     source = load_source(layout)  # a corrupt config is an error, and nothing is deleted
     if layout.git_dir.is_dir():
-        with open(layout.lock, "a") as lock:
+        with open_lock_file(layout.lock, layout.owner) as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)  # never pull the checkout from under a running sync
             if layout.checkout.exists():
                 shutil.rmtree(layout.checkout)

@@ -20,16 +20,20 @@ from relay.errors import RelayError
 DEADLINE = 5.0  # seconds for the whole command, both checks together
 
 
-def run(args):
+def run(args, environ=None):
     """Run ``relay health``; return the exit code."""
-    return health()
+    return health(environ, env_file=args["--env-file"])
 
 
-def health(environ=None, deadline=DEADLINE):
-    environ = os.environ if environ is None else environ
+def health(environ=None, deadline=DEADLINE, env_file=None):
+    """*environ* None: this process's environment, completed by *env_file* (relay.envfile)."""
     try:
         from relay.config import load_docker_env, load_redis_settings
 
+        if environ is None:
+            from relay.envfile import command_environment
+
+            environ = command_environment(env_file, os.environ)
         settings = load_redis_settings(environ)
         docker_env = load_docker_env(environ)
     except RelayError as error:

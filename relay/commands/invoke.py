@@ -38,8 +38,9 @@ def run(args, stdin=None, stdout=None, environ=None):
     """Run ``relay invoke`` from docopt's *args*; the exit status of the handler that decides it."""
     stdin = sys.stdin if stdin is None else stdin
     stdout = sys.stdout if stdout is None else stdout
-    environ = os.environ if environ is None else environ
     try:
+        if environ is None:
+            environ = _environ(args["--env-file"])
         return _invoke(args, stdin, stdout, environ)
     except _Refused as refused:
         print(f"relay invoke: {refused}", file=sys.stderr)
@@ -47,6 +48,17 @@ def run(args, stdin=None, stdout=None, environ=None):
     except KeyboardInterrupt:
         print("relay invoke: interrupted; the container was removed", file=sys.stderr)
         return INTERRUPTED
+
+
+def _environ(env_file):
+    """This process's environment, completed by the service's environment file (relay.envfile)."""
+    from relay.envfile import command_environment
+    from relay.errors import ConfigError
+
+    try:
+        return command_environment(env_file, os.environ)
+    except ConfigError as error:
+        raise _Refused(str(error)) from None
 
 
 class _Refused(Exception):

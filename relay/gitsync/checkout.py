@@ -13,6 +13,13 @@ ssh config, ``IdentitiesOnly`` and ``IdentityAgent=none`` keep other keys
 out, ``StrictHostKeyChecking=yes`` with Relay's own known_hosts (pinned
 before git runs) and no global file. The system's and the user's git config
 are not read either, so no ``insteadOf`` or hook setting can redirect it.
+
+The checkout belongs to the state directory's owner (relay.files), whoever
+runs the sync: after a sync run as root, everything git wrote is given to
+that owner, and git is told that this one checkout is safe
+(``safe.directory``), since git refuses to work in a repository another user
+owns. The owner is the service's user, which the shipped unit already lets
+use the Docker socket: root trusting its checkout gives it nothing new.
 """
 
 import re
@@ -24,7 +31,7 @@ from pathlib import Path
 import git
 
 from relay.errors import GitSyncError, SourceError, reason
-from relay.files import private_directory
+from relay.files import give_tree, private_directory
 from relay.gitsync.source import remote_refs
 
 _COMMIT = re.compile(r"[0-9a-f]{4,64}")
@@ -33,6 +40,8 @@ FETCH_REFSPECS = ("+refs/heads/*:refs/remotes/origin/*", "+refs/tags/*:refs/tags
 
 
 def git_environment(layout):
+    """The variables every git command of a sync runs with: Relay's ssh, no system or user git config,
+    and the checkout (wherever it is) marked safe for a root that does not own it."""
     ssh = ["ssh", "-F", "/dev/null", "-i", str(layout.key),
            "-o", "IdentitiesOnly=yes", "-o", "IdentityAgent=none", "-o", "BatchMode=yes",
            "-o", f"UserKnownHostsFile={layout.known_hosts}", "-o", "GlobalKnownHostsFile=/dev/null",
@@ -44,6 +53,9 @@ def git_environment(layout):
         "GIT_TERMINAL_PROMPT": "0",
         "GIT_CONFIG_NOSYSTEM": "1",
         "GIT_CONFIG_GLOBAL": "/dev/null",
+        "GIT_CONFIG_COUNT": "1",
+        "GIT_CONFIG_KEY_0": "safe.directory",
+        "GIT_CONFIG_VALUE_0": str(layout.checkout),
         "LC_ALL": "C",
     }
 
@@ -51,11 +63,11 @@ def git_environment(layout):
 def update_checkout(layout, source, report):
     """Bring the checkout to the commit *source*'s ref names now; return that commit's id."""
     environment = git_environment(layout)
-    repo = _open(layout.checkout, source.repository, report)
+    owner = layout.owner
+    repo = _open(layout.checkout, source.repository, report, environment)
     try:
         if repo is None:
-            repo = _clone(layout, source.repository, environment)
-        repo.git.update_environment(**environment)
+            repo = _clone(layout, source.repository, environment, owner)
         _git(repo, "fetch", "--force", "--prune", "--no-write-fetch-head", "origin", *FETCH_REFSPECS)
         commit = _resolve(repo, source)
         _git(repo, "checkout", "--quiet", "--detach", "--force", commit)
@@ -65,9 +77,11 @@ def update_checkout(layout, source, report):
     finally:
         if repo is not None:
             repo.close()
+        if owner is not None and layout.checkout.exists():
+            give_tree(layout.checkout, owner)
 
 
-def _open(path, url, report):
+def _open(path, url, report, environment):
     """The existing checkout of *url*, or None after deleting anything else found at *path*."""
     if not path.exists():
         return None
@@ -77,6 +91,7 @@ def _open(path, url, report):
         report(f"{path} is not a git checkout; cloning again")
         shutil.rmtree(path)
         return None
+    repo.git.update_environment(**environment)
     try:
         current = repo.git.config("--get", "remote.origin.url")
     except git.GitCommandError:
@@ -89,8 +104,8 @@ def _open(path, url, report):
     return None
 
 
-def _clone(layout, url, environment):
-    private_directory(layout.git_dir)
+def _clone(layout, url, environment, owner):
+    private_directory(layout.git_dir, owner)
     for leftover in layout.git_dir.glob(".checkout-*"):  # of a clone that was killed; sync holds the lock
         shutil.rmtree(leftover, ignore_errors=True)
     staging = Path(tempfile.mkdtemp(prefix=".checkout-", dir=layout.git_dir))
@@ -100,11 +115,14 @@ def _clone(layout, url, environment):
         except git.GitCommandError as error:
             raise GitSyncError(f"cannot clone {url}: {_stderr(error)}") from None
         repo.close()
+        give_tree(staging, owner)
         staging.rename(layout.checkout)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
-    return git.Repo(layout.checkout)
+    repo = git.Repo(layout.checkout)
+    repo.git.update_environment(**environment)
+    return repo
 
 
 def _resolve(repo, source):

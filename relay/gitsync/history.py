@@ -26,7 +26,8 @@ def head_commit(checkout):
 def record_last_sync(layout, source, commit, functions):
     record = {"time": datetime.now(UTC).astimezone().isoformat(timespec="seconds"), "commit": commit,
               "repository": source.repository, "ref": source.ref, "path": source.path, "functions": functions}
-    write_atomically(layout.last_sync, (json.dumps(record, indent=2) + "\n").encode(), mode=0o600)
+    write_atomically(layout.last_sync, (json.dumps(record, indent=2) + "\n").encode(), mode=0o600,
+                     owner=layout.owner)
 
 
 def last_sync(layout):

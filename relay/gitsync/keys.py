@@ -2,7 +2,8 @@
 
 ``relay git keygen`` is the only writer. The private key goes to
 /var/lib/relay/ssh/id_ed25519 (directory 0700, file 0600, written
-atomically); its public half goes next to it as id_ed25519.pub (0644), which
+atomically, owned by the state directory's owner even when root runs
+keygen); its public half goes next to it as id_ed25519.pub (0644), which
 is what the operator registers as a read-only deploy key and what ``relay git
 status`` fingerprints. Nothing here ever prints or logs the private key.
 """
@@ -29,10 +30,11 @@ def generate_key(layout, force=False):
                                 serialization.NoEncryption())
     public = key.public_key().public_bytes(serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH)
     line = f"{public.decode()} relay@{socket.gethostname()}"
+    owner = layout.owner
     try:
-        private_directory(layout.ssh_dir)
-        write_atomically(layout.key, private, mode=0o600)
-        write_atomically(layout.public_key, f"{line}\n".encode(), mode=0o644)
+        private_directory(layout.ssh_dir, owner)
+        write_atomically(layout.key, private, mode=0o600, owner=owner)
+        write_atomically(layout.public_key, f"{line}\n".encode(), mode=0o644, owner=owner)
     except OSError as error:
         raise DeployKeyError(f"cannot write the deploy key to {layout.ssh_dir}: {reason(error)}") from None
     return line

@@ -99,7 +99,8 @@ def _pins(layout, name):
 
 def _pin(layout, name, key):
     try:
-        private_directory(layout.ssh_dir)
+        owner = layout.owner
+        private_directory(layout.ssh_dir, owner)
         try:
             existing = layout.known_hosts.read_bytes()
         except FileNotFoundError:
@@ -107,7 +108,8 @@ def _pin(layout, name, key):
         if existing and not existing.endswith(b"\n"):
             existing += b"\n"
         write_atomically(layout.known_hosts,
-                         existing + f"{name} {key.get_name()} {key.get_base64()}\n".encode(), mode=0o600)
+                         existing + f"{name} {key.get_name()} {key.get_base64()}\n".encode(), mode=0o600,
+                         owner=owner)
     except OSError as error:
         raise GitSyncError(f"cannot write {layout.known_hosts}: {reason(error)}") from None
 

@@ -1,18 +1,26 @@
 """Where git sync keeps its files: fixed paths under /var/lib/relay.
 
 Tests build a Layout on a temporary directory; the commands use the default.
+Every file and directory git sync writes there belongs to the state
+directory's owner (``owner``; see relay.files).
 """
 
 from dataclasses import dataclass
 from pathlib import Path
 
 from relay.config import FUNCTIONS_DIR, STATE_DIR
+from relay.files import owner_of
 
 
 @dataclass(frozen=True)
 class Layout:
     state_dir: Path = Path(STATE_DIR)
     functions_dir: Path = Path(FUNCTIONS_DIR)
+
+    @property
+    def owner(self):
+        """(uid, gid) for what this process writes under the state directory, or None: relay.files.owner_of."""
+        return owner_of(self.state_dir)
 
     @property
     def ssh_dir(self):

@@ -20,6 +20,10 @@ where the kernel has it, else two renames), so the reconciler never reads
 a half-written function. A function whose files are already identical is
 left alone. Everything else in /functions -- functions gone from the
 repository, directories an operator put there, stray files -- is removed.
+
+What a sync run as root writes belongs to the owner of /functions (see
+relay.files), so that the service, when it owns /functions, can replace it
+on its next (webhook) sync.
 """
 
 import filecmp
@@ -30,6 +34,7 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from relay.files import give_tree, owner_of
 from relay.links import leads_outside, links_outside
 from relay.names import function_name_problem
 
@@ -74,6 +79,7 @@ def replace_functions(functions_dir, found, warn):
     """Make *functions_dir* hold exactly the functions *found* ({name: source directory})."""
     functions_dir = Path(functions_dir)
     functions_dir.mkdir(parents=True, exist_ok=True)
+    owner = owner_of(functions_dir)
     changes = Changes()
     for name, source in sorted(found.items()):
         outside = links_outside(source)
@@ -92,6 +98,7 @@ def replace_functions(functions_dir, found, warn):
         staging = Path(tempfile.mkdtemp(prefix=f"{STAGING_PREFIX}{name}-", dir=functions_dir))
         try:
             write(plan, staging)
+            give_tree(staging, owner)
             _swap_in(staging, target)
         finally:
             _remove(staging)

@@ -180,8 +180,9 @@ def make_source(repository, ref=None, path=None, webhook_secret=None):
 def save_source(layout, source):
     data = json.dumps(asdict(source), indent=2, sort_keys=True) + "\n"
     try:
-        private_directory(layout.git_dir)
-        write_atomically(layout.source, data.encode(), mode=0o600)
+        owner = layout.owner
+        private_directory(layout.git_dir, owner)
+        write_atomically(layout.source, data.encode(), mode=0o600, owner=owner)
     except OSError as error:
         raise SourceError(f"cannot write {layout.source}: {reason(error)}") from None
 

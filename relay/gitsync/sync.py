@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from relay.errors import DeployKeyError, SourceError
-from relay.files import private_directory
+from relay.files import open_lock_file, private_directory
 from relay.gitsync.checkout import update_checkout
 from relay.gitsync.history import record_last_sync
 from relay.gitsync.known_hosts import verify_host
@@ -41,8 +41,9 @@ def sync(layout, report, warn):
     if not layout.key.is_file():
         raise DeployKeyError(f"there is no deploy key at {layout.key}; run 'relay git keygen' and register "
                              f"its public key as a read-only deploy key of the repository")
-    private_directory(layout.git_dir)
-    with open(layout.lock, "a") as lock:
+    owner = layout.owner
+    private_directory(layout.git_dir, owner)
+    with open_lock_file(layout.lock, owner) as lock:
         try:
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

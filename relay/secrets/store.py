@@ -10,8 +10,11 @@ next invocation with no rebuild, restart or fingerprint change.
 the directory is made with mode 0700 on the first write, an existing one is
 narrowed to 0700 whenever a store is opened (``relay start`` and every
 ``relay secret`` command), and each file is written atomically (temporary
-file, fsync, rename) with mode 0600. It also lists, writes and removes
-secrets for ``relay secret``.
+file, fsync, rename) with mode 0600. The directory and the files belong to
+the owner of the directory above the store (the state directory) even when
+root writes them: the service, running as that owner, must read what ``sudo
+relay secret set`` stored (see relay.files). It also lists, writes and
+removes secrets for ``relay secret``.
 
 The secret named by ``relay git set --webhook-secret`` signs webhook
 deliveries; it belongs to Relay, and ``environment`` never hands it to a
@@ -31,7 +34,7 @@ from typing import Protocol
 
 from relay.config import STATE_DIR
 from relay.errors import SecretError, reason
-from relay.files import private_directory, sync_directory, write_atomically
+from relay.files import owner_of, private_directory, sync_directory, write_atomically
 from relay.names import secret_name_problem
 
 SECRETS_DIR = Path(STATE_DIR) / "secrets"
@@ -115,10 +118,11 @@ class FileSecretStore:
         problem = value_problem(value)
         if problem:
             raise SecretError(f"{problem}; secret {name!r} was not changed")
+        owner = owner_of(self.directory.parent)
         try:
-            if not self.directory.exists():  # a file in its place fails the write: "Not a directory"
-                private_directory(self.directory)
-            write_atomically(path, value, mode=0o600)
+            if not self.directory.exists() or owner is not None:  # a file in its place fails: "Not a directory"
+                private_directory(self.directory, owner)
+            write_atomically(path, value, mode=0o600, owner=owner)
         except OSError as error:
             raise SecretError(f"cannot store secret {name!r} in {self.directory}: {reason(error)}") from None
 

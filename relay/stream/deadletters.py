@@ -96,10 +96,11 @@ class DeadLetter:
     consumer: str
     event: bytes
     reason: str
-    attempts: int | None
+    attempts: int | None   # None when the field is missing or not ASCII digits: attempts_text says what it was
     timestamp: str
     truncated: bool = False
     event_bytes: int | None = None
+    attempts_text: str = ""
 
     @classmethod
     def of(cls, entry_id: bytes | str, fields: dict) -> DeadLetter:
@@ -112,7 +113,7 @@ class DeadLetter:
             group=text(keys.DLQ_GROUP), consumer=text(keys.DLQ_CONSUMER), event=fields.get(keys.EVENT_FIELD, b""),
             reason=text(keys.DLQ_REASON), attempts=_number(text(keys.DLQ_ATTEMPTS)),
             timestamp=text(keys.DLQ_TIMESTAMP), truncated=text(keys.DLQ_TRUNCATED) == "true",
-            event_bytes=_number(text(keys.DLQ_EVENT_BYTES)))
+            event_bytes=_number(text(keys.DLQ_EVENT_BYTES)), attempts_text=text(keys.DLQ_ATTEMPTS))
 
     @property
     def dead_lettered_ms(self) -> int:
@@ -216,4 +217,10 @@ def _checked(ids: Iterable[str]) -> list[str]:
 
 
 def _number(text: str) -> int | None:
-    return int(text) if text.isdigit() else None
+    """*text* as a number when it is 1 to 18 ASCII digits, else None.
+
+    Anyone who can write to Redis can write these fields: "²" or "٣" pass
+    str.isdigit but not int(), and 5000 digits pass int() only past Python's
+    digit limit, so neither may end a listing in a traceback.
+    """
+    return int(text) if text.isascii() and text.isdigit() and len(text) <= 18 else None

@@ -32,3 +32,12 @@ def view_command(state_dir, *args):
                "relay-views", str(state_dir), sys.executable, "-m", "relay", *args]
     env = base_env(REDIS_URI="127.0.0.1:1", DOCKER_HOST="tcp://127.0.0.1:1")
     return subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+
+
+def with_service_env(command, etc_relay):
+    """*command* in a private mount namespace where the directory *etc_relay* is /etc/relay, the directory of
+    the systemd unit's EnvironmentFile (/etc/relay/relay.env); the host's /etc/relay is only a mount point."""
+    os.makedirs("/etc/relay", exist_ok=True)
+    script = 'mount --bind "$1" /etc/relay; shift; exec "$@"'
+    return [shutil.which("unshare"), "--mount", "--propagation", "private", "--", "sh", "-ec", script,
+            "relay-env", str(etc_relay), *command]
