@@ -14,8 +14,14 @@
 #    Relay's container and the rest of the API is closed;
 #  - the host's socket mounted in, with its group added, since Relay runs as
 #    the unprivileged user relay:
-#      docker run -v /var/run/docker.sock:/var/run/docker.sock \
+#      docker run --stop-timeout 400 -v /var/run/docker.sock:/var/run/docker.sock \
 #        --group-add "$(stat -c %g /var/run/docker.sock)" ...
+#
+# Give every container of this image --stop-timeout 400 (compose:
+# stop_grace_period: 400s), as the systemd unit gives TimeoutStopSec=400s:
+# after SIGTERM Relay lets running invocations finish, each within its rule's
+# timeout (at most 5m) plus a 30s margin, then removes its warm containers and
+# flushes its state. Docker's default of 10s kills invocations mid-way.
 ARG BASE=python:3.13-slim
 FROM ${BASE}
 

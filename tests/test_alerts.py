@@ -135,3 +135,101 @@ def test_every_dashboard_query_selects_the_job_variable():
         assert metrics, (title, expr)
         for name, labels in metrics:
             assert labels == '{job=~"$job"}', (title, name, expr)
+
+
+# -- what the dashboard shows -------------------------------------------------------
+
+SELECTED = re.compile(r"\b([a-zA-Z_:][a-zA-Z0-9_:]*)\{")
+COUNTED = {"dlq_entries_total", "function_dlq_entries_total", "build_failures_total", "events_expired_total"}
+
+
+def dashboard_panels():
+    return json.loads(DASHBOARD.read_text())["panels"]
+
+
+def as_promql(expr):
+    """A dashboard query as Prometheus gets it from Grafana, over a 1 h range."""
+    return expr.replace("$__rate_interval", "2m").replace("$__range", "1h").replace('=~"$job"', '=~"relay"')
+
+
+def exposed_series():
+    """The series names Relay's registry exposes: counters with _total, histograms' buckets."""
+    from relay.metrics.prometheus import Metrics
+
+    suffixes = {"counter": ("_total",), "gauge": ("",), "histogram": ("_bucket", "_sum", "_count")}
+    return {family.name + suffix for family in Metrics().registry.collect() for suffix in suffixes[family.type]}
+
+
+def test_every_metric_the_dashboard_queries_is_one_relay_exposes():
+    queried = {name for _title, expr in dashboard_queries() for name in SELECTED.findall(expr)}
+    assert queried
+    assert queried - exposed_series() == set()
+
+
+def test_every_dashboard_query_is_valid_promql(tmp_path):
+    rules = [{"record": f"dashboard:query_{index}", "expr": as_promql(expr)}
+             for index, (_title, expr) in enumerate(dashboard_queries())]
+    path = tmp_path / "dashboard.yaml"
+    path.write_text(yaml.safe_dump({"groups": [{"name": "dashboard", "rules": rules}]}))
+    result = subprocess.run([promtool(), "check", "rules", str(path)], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_the_dashboard_has_panels_for_warm_containers_limit_waits_and_expired_events():
+    queried = {name: title for title, expr in dashboard_queries() for name in SELECTED.findall(expr)}
+    for name in ("warm_containers", "rate_limit_waits_total", "concurrency_key_waits_total",
+                 "rate_limit_wait_seconds_total", "concurrency_key_wait_seconds_total", "events_expired_total"):
+        assert name in queried, f"no panel shows {name}"
+
+
+def test_dead_letters_build_failures_and_expired_events_are_counts_over_the_range():
+    """A time series of increase(...[$__range]) draws, at every point, the increase over the
+    whole range before it: a line that climbs and falls with no count in it. These are stat
+    panels of one instant query each: the number in the dashboard's range."""
+    counting = {}
+    for panel in dashboard_panels():
+        for target in panel.get("targets", ()):
+            names = set(SELECTED.findall(target["expr"]))
+            if "[$__range]" in target["expr"]:
+                assert panel["type"] == "stat" and target.get("instant") is True, panel["title"]
+            if names & COUNTED:
+                assert panel["type"] == "stat", f"{panel['title']} shows {names & COUNTED} as a {panel['type']}"
+                assert "[$__range]" in target["expr"] and target["expr"].startswith("round("), target["expr"]
+                counting.update(dict.fromkeys(names & COUNTED, target["expr"]))
+    assert set(counting) == COUNTED
+
+
+def test_the_counts_are_whole_numbers_of_events_in_the_range(tmp_path):
+    """promtool evaluates the stat queries on series Relay would expose: three dead letters
+    (two of orders), one build failure and two expired entries in the last hour, after a
+    dead letter and a build failure before it. increase() extrapolates; the panels round."""
+    def series(name, values, **labels):
+        selector = ",".join(f'{key}="{value}"' for key, value in {"job": "relay", "instance": "a:9090",
+                                                                   **labels}.items())
+        return {"series": f"{name}{{{selector}}}", "values": values}
+
+    queries = {expr: title for title, expr in dashboard_queries()
+               if set(SELECTED.findall(expr)) & COUNTED}
+    expected = {"dlq_entries_total": [({}, 3)],
+                "function_dlq_entries_total": [({"function": "orders"}, 2), ({"function": "users"}, 1)],
+                "build_failures_total": [({"function": "orders"}, 1), ({"function": "users"}, 0)],
+                "events_expired_total": [({"function": "orders"}, 2), ({"function": "users"}, 0)]}
+    tests = []
+    for expr in queries:
+        [name] = set(SELECTED.findall(expr)) & COUNTED
+        tests.append({"expr": as_promql(expr), "eval_time": "90m",
+                      "exp_samples": [{"labels": "{" + ",".join(f'{k}="{v}"' for k, v in labels.items()) + "}",
+                                       "value": value} for labels, value in expected[name]]})
+    document = {"rule_files": [], "evaluation_interval": "1m", "tests": [{"interval": "1m", "input_series": [
+        series("dlq_entries_total", "0x20 1x30 2x10 3x10 4x30"),
+        series("function_dlq_entries_total", "0x20 1x30 2x20 3x30", function="orders"),
+        series("function_dlq_entries_total", "0x60 1x40", function="users"),
+        series("build_failures_total", "0x10 1x40 2x50", function="orders"),
+        series("build_failures_total", "0x100", function="users"),
+        series("events_expired_total", "0x20 1x20 3x60", function="orders"),
+        series("events_expired_total", "0x100", function="users"),
+    ], "promql_expr_test": tests}]}
+    path = tmp_path / "counts.yaml"
+    path.write_text(yaml.safe_dump(document, sort_keys=False))
+    result = subprocess.run([promtool(), "test", "rules", str(path)], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stdout + result.stderr

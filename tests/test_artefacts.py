@@ -290,10 +290,14 @@ def test_pyz_alone_runs_health_and_admin_commands(pyz, redis_server, redis_clien
     assert extraction.name.startswith(f"relay-{build_id(pyz)[:16]}-")
 
 
-def test_the_dev_compose_file_pins_its_images_and_waits_for_redis():
+def compose_services():
     import yaml
 
-    services = yaml.safe_load((ROOT / "compose.dev.yaml").read_text())["services"]
+    return yaml.safe_load((ROOT / "compose.dev.yaml").read_text())["services"]
+
+
+def test_the_dev_compose_file_pins_its_images_and_waits_for_redis():
+    services = compose_services()
     for name in ("redis", "socket-proxy"):
         image = services[name]["image"]
         assert ":" in image and not image.endswith(":latest"), f"{name}: {image} is not pinned"
@@ -301,3 +305,159 @@ def test_the_dev_compose_file_pins_its_images_and_waits_for_redis():
     assert relay["restart"] == "unless-stopped"
     assert relay["depends_on"]["redis"] == {"condition": "service_healthy"}
     assert services["redis"]["healthcheck"]["test"] == ["CMD", "redis-cli", "ping"]
+
+
+def test_the_dev_compose_file_restarts_redis_and_the_socket_proxy():
+    """Relay restarts on failure; without a policy of their own, a Redis or a proxy that
+    exits (an OOM kill, a host reboot) stays down, and Relay with them."""
+    services = compose_services()
+    for name in ("redis", "socket-proxy"):
+        assert services[name].get("restart") in ("unless-stopped", "always"), f"{name} has no restart policy"
+
+
+# -- the stop grace every deployment gives Relay ------------------------------------
+
+
+def stop_graces():
+    """Seconds each deployment lets Relay drain after SIGTERM before it is killed."""
+    from relay.durations import parse_duration
+
+    graces = {"compose.dev.yaml stop_grace_period":
+              parse_duration(str(compose_services()["relay"]["stop_grace_period"])) / 1e9}
+    unit = (ROOT / "deploy" / "relay.service").read_text()
+    [timeout] = re.findall(r"^TimeoutStopSec=(\S+)$", unit, re.MULTILINE)
+    graces["deploy/relay.service TimeoutStopSec"] = parse_duration(timeout) / 1e9
+    for name in ("README.md", "Dockerfile"):
+        runs = [command for command in re.findall(r"docker run\b(?:[^\n]*\\\n)*[^\n]*", (ROOT / name).read_text())
+                if " -v " in command or "relay:latest" in command]
+        assert runs, f"{name} shows no docker run of Relay's image"
+        for index, command in enumerate(runs):
+            found = re.search(r"--stop-timeout[ =](\d+)", command)
+            assert found, f"{name}: docker run without --stop-timeout keeps Docker's 10s: {command}"
+            graces[f"{name} docker run #{index + 1} --stop-timeout"] = float(found[1])
+    return graces
+
+
+def test_every_deployment_gives_relay_the_same_grace_to_drain():
+    """After SIGTERM Relay drains for up to the longest rule timeout plus its margin, then
+    removes its warm containers and flushes its state (Supervisor._shutdown). A deployment
+    that kills it sooner kills invocations mid-way: Docker's default is 10 s."""
+    from relay.functions.template import MAX_TIMEOUT
+    from relay.runtime.warm_pool import CLOSE_TIMEOUT
+    from relay.supervisor import DRAIN_MARGIN
+    from relay.view.writer import FINAL_FLUSH_TIMEOUT
+
+    graces = stop_graces()
+    assert len(set(graces.values())) == 1, graces
+    needed = MAX_TIMEOUT / 1e9 + DRAIN_MARGIN + CLOSE_TIMEOUT + FINAL_FLUSH_TIMEOUT
+    for where, grace in graces.items():
+        assert grace > needed, f"{where} is {grace:g}s; Relay's stop can take {needed:g}s"
+
+
+# -- the environment file ------------------------------------------------------------
+
+
+ENV_EXAMPLE = ROOT / "deploy" / "relay.env.example"
+ASSIGNMENT = re.compile(r"^(# )?([A-Z][A-Z0-9_]*)=(.*)$")
+
+
+class RecordingEnviron(dict):
+    """A mapping that remembers every name looked up in it."""
+
+    def __init__(self, **values):
+        super().__init__(**values)
+        self.read = set()
+
+    def get(self, key, default=None):
+        self.read.add(key)
+        return super().get(key, default)
+
+    def __getitem__(self, key):
+        self.read.add(key)
+        return super().__getitem__(key)
+
+    def __contains__(self, key):
+        self.read.add(key)
+        return super().__contains__(key)
+
+
+def variables_relay_reads():
+    """Every variable ``relay start``'s configuration looks up: a new one in relay/config.py is
+    found here without anyone listing it."""
+    from relay.config import load_config
+
+    environ = RecordingEnviron(REDIS_URI="127.0.0.1:6379", REDIS_STREAM="events", REDIS_GROUP="relay")
+    load_config(environ, hostname="worker-1")
+    assert {"REDIS_URI", "MAX_CONCURRENCY", "DOCKER_HOST"} <= environ.read, environ.read
+    return environ.read
+
+
+def example_assignments():
+    """(active, NAME, value) for each assignment line of relay.env.example, in order."""
+    return [(match[1] is None, match[2], match[3])
+            for match in map(ASSIGNMENT.match, ENV_EXAMPLE.read_text().splitlines()) if match]
+
+
+def test_the_environment_example_lists_every_variable_relay_reads():
+    listed = {name for _active, name, _value in example_assignments()}
+    assert variables_relay_reads() - listed == set(), "add them to deploy/relay.env.example, each with a comment"
+    assert listed - variables_relay_reads() == set(), "deploy/relay.env.example names variables Relay never reads"
+
+
+def test_the_readme_configuration_table_lists_every_variable_relay_reads():
+    readme = (ROOT / "README.md").read_text()
+    table = readme.split("## Configuration", 1)[1].split("\n## ", 1)[0]
+    rows = [line.split("|")[1] for line in table.splitlines() if line.startswith("| `")]
+    documented = {name for cell in rows for name in re.findall(r"`([A-Z][A-Z0-9_]+)`", cell)}
+    assert variables_relay_reads() - documented == set()
+
+
+def test_every_variable_in_the_environment_example_has_a_comment():
+    lines = ENV_EXAMPLE.read_text().splitlines()
+    for index, line in enumerate(lines):
+        match = ASSIGNMENT.match(line)
+        if match:
+            before = [text for text in lines[:index] if not ASSIGNMENT.match(text)]
+            assert before and before[-1].startswith("# ") and not before[-1].startswith("# " + match[2]), \
+                f"{match[2]} has no comment above it"
+
+
+def test_the_environment_example_loads_as_written_and_with_each_example_value():
+    """The active lines are a valid configuration, and uncommenting the examples one after
+    another (a Sentinel REDIS_URI before its password) keeps it valid. Lines are NAME=value
+    with nothing Docker's --env-file and systemd's EnvironmentFile= would read differently."""
+    from relay.config import load_config
+
+    environ = {}
+    for active, name, value in example_assignments():
+        assert re.fullmatch(r"[^\s\"'#]+", value), f"{name}={value}: no quotes, spaces or trailing comment"
+        if active:
+            environ[name] = value
+    load_config(environ, hostname="worker-1")
+    for active, name, value in example_assignments():
+        if not active:
+            environ[name] = value
+            load_config(environ, hostname="worker-1")
+
+
+# -- pointers in the shipped files ---------------------------------------------------
+
+
+def test_the_units_pointers_lead_to_what_they_promise():
+    """A comment that sends the reader to a page names a page and section that exist, and
+    the sandboxing comment's page gives the systemd-analyze security score."""
+    unit = (ROOT / "deploy" / "relay.service").read_text()
+    comments = " ".join(line.lstrip("# ") for line in unit.splitlines() if line.startswith("#"))
+    pointers = re.findall(r"((?:docs/)?[\w.-]+\.md)(?:, section \"([^\"]+)\")?", comments)
+    assert pointers
+    for page, section in pointers:
+        text = (ROOT / page).read_text()
+        if section:
+            assert re.search(rf"^#+ {re.escape(section)}$", text, re.MULTILINE), (page, section)
+    sandboxing = re.search(r"Sandboxing \(systemd-analyze security: (.*?)\)", comments)
+    assert sandboxing, comments
+    [(page, section)] = re.findall(r"((?:docs/)?[\w.-]+\.md)(?:, section \"([^\"]+)\")?", sandboxing[1])
+    text = (ROOT / page).read_text()
+    if section:
+        text = text.split(f"## {section}\n", 1)[1].split("\n## ", 1)[0]
+    assert re.search(r"systemd-analyze security` rates it [0-9.]+", text), f"{page} gives no score"
