@@ -78,7 +78,8 @@ class _CappedPythonParser(_RESP3Parser):
 
     def on_connect(self, connection: Any) -> None:
         super().on_connect(connection)
-        self._buffer._buffer = _CappedBytes(self.max_reply_bytes)
+        buffer: Any = self._buffer
+        buffer._buffer = _CappedBytes(self.max_reply_bytes)
 
     def read_response(self, *args: Any, **kwargs: Any) -> Any:
         if self._buffer is not None:

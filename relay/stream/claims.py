@@ -87,7 +87,7 @@ class Claims:
         """XAUTOCLAIM from *start*: up to *count* entries idle at least *min_idle_ms*, and where to go on."""
         return self._run(max_event_bytes, "idle", min_idle_ms, start, count)
 
-    def _run(self, max_event_bytes: int, *args: object) -> tuple[str, Entries]:
+    def _run(self, max_event_bytes: int, *args: str | int) -> tuple[str, Entries]:
         address = self.address
         next_start, reply = self._script(keys=[address.stream], args=[
             address.group, address.consumer, max_event_bytes, MAX_OTHER_FIELD_BYTES, KEPT_PREFIX_BYTES, EVENT,

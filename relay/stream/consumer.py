@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Sequence
 from typing import cast
 
 import redis
@@ -57,7 +58,7 @@ from relay.stream.plans import MAX_OTHER_FIELD_BYTES, Oversized, plan_entry
 from relay.stream.resilience import Outage
 from relay.stream.verdict import Cause, decide_settlement
 
-Entries = list[tuple[bytes | str, dict[bytes, bytes] | Oversized | None]]
+Entries = Sequence[tuple[bytes | str, dict[bytes, bytes] | Oversized | None]]
 StreamResponse = list[tuple[bytes, Entries]]   # XREADGROUP's reply: (stream, entries) pairs
 
 log = logging.getLogger("relay.stream.consumer")
@@ -219,12 +220,12 @@ class Consumer:
             page = self.client.xpending_range(address.stream, address.group, min=start, max="+",
                                               count=PENDING_PAGE, consumername=address.consumer)
             for pending in page:
-                message_id = pending["message_id"].decode()
-                if pending["time_since_delivered"] <= since_ms and message_id not in self.in_flight:
+                message_id = cast("bytes", pending["message_id"]).decode()
+                if cast("int", pending["time_since_delivered"]) <= since_ms and message_id not in self.in_flight:
                     found.append(message_id)
             if len(page) < PENDING_PAGE:
                 return found
-            start = "(" + page[-1]["message_id"].decode()
+            start = "(" + cast("bytes", page[-1]["message_id"]).decode()
 
     def flush_acks(self) -> None:
         """Acknowledge now the entries waiting to go with the next read (the read loop is ending)."""
@@ -377,7 +378,8 @@ class Consumer:
         the retry and acknowledged it, and its state is gone with it.
         """
         try:
-            [(_id, fields)] = self.claims.claim([message_id], self.max_event_bytes)   # gone: acknowledged meanwhile, or trimmed away
+            # None when it is gone: acknowledged meanwhile, or trimmed away
+            [(_id, fields)] = self.claims.claim([message_id], self.max_event_bytes)
         except redis.RedisError as error:
             log.warning("Cannot claim a held entry for its retry; it stays pending for the reclaimer",
                         extra={"message_id": message_id, "error": str(error)})

@@ -109,12 +109,9 @@ def _plan(message_id, fields, rules, waiting, max_event_bytes):
     raw = fields.get(EVENT_FIELD)
     if raw is None:
         return Plan(message_id, None, problem="the entry has no 'event' field")
-    if len(raw) > max_event_bytes:
-        return _oversized(message_id, Oversized(raw[:KEPT_PREFIX_BYTES], len(raw), 0), max_event_bytes)
-    if len(fields) > 1:
-        other_bytes = sum(len(name) + len(value) for name, value in fields.items()) - len(EVENT_FIELD) - len(raw)
-        if other_bytes > MAX_OTHER_FIELD_BYTES:
-            return _oversized(message_id, Oversized(raw, len(raw), other_bytes), max_event_bytes)
+    oversized = _measure(fields, raw, max_event_bytes)
+    if oversized is not None:
+        return _oversized(message_id, oversized, max_event_bytes)
     try:
         payload = raw.decode("utf-8")
     except UnicodeDecodeError as error:
@@ -139,6 +136,17 @@ def _plan(message_id, fields, rules, waiting, max_event_bytes):
     if (planned.targets or planned.waiting) and _too_deep(payload, event):
         return Plan(message_id, payload, problem=TOO_DEEP)
     return planned
+
+
+def _measure(fields, raw, max_event_bytes):
+    """An Oversized for an entry read whole (*raw* its event) that is over the limits, else None."""
+    if len(raw) > max_event_bytes:
+        return Oversized(raw[:KEPT_PREFIX_BYTES], len(raw), 0)
+    if len(fields) > 1:
+        other_bytes = sum(len(name) + len(value) for name, value in fields.items()) - len(EVENT_FIELD) - len(raw)
+        if other_bytes > MAX_OTHER_FIELD_BYTES:
+            return Oversized(raw, len(raw), other_bytes)
+    return None
 
 
 def _oversized(message_id, oversized, max_event_bytes):
