@@ -147,3 +147,22 @@ def test_a_name_whose_create_was_never_answered_is_watched_for_its_grace(docker_
     now[0] = 61.0
     leftovers.retry()
     assert not exists(docker_engine, name) and len(leftovers) == 0
+
+
+class RefusingApi:
+    def remove_container(self, container, force=False):
+        from docker.errors import APIError
+
+        raise APIError("conflict", explanation="engine says no")
+
+
+@pytest.mark.parametrize("reference, shown", [
+    ("relay-billing-0123456789ab", "relay-billing-0123456789ab"),          # a name, whole
+    ("f" * 64, "f" * 12)])                                                 # an id, as docker ps shows it
+def test_a_failed_removal_names_the_container_as_docker_ps_would(caplog, reference, shown):
+    from relay.runtime.containers import remove_container
+
+    with caplog.at_level(logging.ERROR, logger="relay.runtime.containers"):
+        assert remove_container(RefusingApi(), reference) is False
+    (record,) = caplog.records
+    assert record.container == shown and record.error == "engine says no"

@@ -2,6 +2,7 @@
 exit codes, and the real command reading /var/lib/relay/db.sqlite3 in a private
 mount namespace (no Redis, Docker or /functions anywhere)."""
 
+import os
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -443,9 +444,11 @@ def test_without_a_database_the_reports_are_empty_and_one_line_says_why(tmp_path
         f"a container (run the command there)"]
 
 
+@pytest.mark.parametrize("user, named", [("nobody", "nobody"), ("4243", "uid 4243")])
 @pytest.mark.parametrize("command", ["stats", "function ls", "function inspect x"])
-def test_a_database_this_user_may_not_read_is_one_line_not_a_traceback(tmp_path, command):
-    """As on the shipped unit: DynamicUser, StateDirectoryMode=0700, an operator who is not root."""
+def test_a_database_this_user_may_not_read_is_one_line_not_a_traceback(tmp_path, command, user, named):
+    """As on the shipped unit: DynamicUser, StateDirectoryMode=0700, an operator who is not root; the user
+    is named by uid, whatever $USER says, and a uid with no name (a DynamicUser's, seen from outside) works."""
     import subprocess
     import sys
 
@@ -458,12 +461,13 @@ def test_a_database_this_user_may_not_read_is_one_line_not_a_traceback(tmp_path,
     args = ({} if words[0] == "stats" else {"ls": words[1] == "ls", "<name>": words[2] if len(words) > 2 else None})
     probe = (f"import sys; from relay.commands import {words[0]} as c; "
              f"sys.exit(c.run({args!r}, {str(state / 'db.sqlite3')!r}))")
-    result = subprocess.run(["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", sys.executable,
+    environment = {"PATH": os.environ["PATH"], "USER": "root", "LOGNAME": "root"}
+    result = subprocess.run(["setpriv", f"--reuid={user}", "--regid=nogroup", "--clear-groups", sys.executable,
                              "-c", probe], cwd=Path(__file__).resolve().parent.parent, capture_output=True,
-                            text=True, timeout=60)
+                            text=True, timeout=60, env=environment)
     assert result.returncode == 1 and result.stdout == ""
     assert result.stderr == (f"relay {' '.join(words[:2]) if words[0] == 'function' else 'stats'}: the state "
-                             f"database {state / 'db.sqlite3'} is not readable by user nobody: read it as root "
+                             f"database {state / 'db.sqlite3'} is not readable by user {named}: read it as root "
                              f"(sudo relay ...), or as a member of the group that owns {state}\n")
 
 

@@ -74,6 +74,12 @@ def container_name(function):
     return f"relay-{function}-{secrets.token_hex(6)}"
 
 
+def short(reference):
+    """A container's reference as ``docker ps`` shows it: an id's first 12 digits, a name whole."""
+    is_id = len(reference) == 64 and all(digit in "0123456789abcdef" for digit in reference)
+    return reference[:12] if is_id else reference
+
+
 def remove_container(api, container_id, context=None):
     """Force-remove a container; return whether it is gone.
 
@@ -88,10 +94,10 @@ def remove_container(api, container_id, context=None):
         if error.status_code == 409 and "already in progress" in str(error.explanation or error):
             return True
         log.error("Cannot remove execution container", extra={
-            **(context or {}), "container": container_id[:12], "error": str(error.explanation or error)})
+            **(context or {}), "container": short(container_id), "error": str(error.explanation or error)})
         return False
     except (DockerException, RequestException) as error:
         log.error("Cannot remove execution container", extra={
-            **(context or {}), "container": container_id[:12], "error": str(error)})
+            **(context or {}), "container": short(container_id), "error": str(error)})
         return False
     return True

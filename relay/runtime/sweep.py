@@ -15,7 +15,7 @@ import time
 from docker.errors import APIError
 from requests.exceptions import RequestException
 
-from relay.runtime.containers import FUNCTION_LABEL, HOSTNAME_LABEL, remove_container
+from relay.runtime.containers import FUNCTION_LABEL, HOSTNAME_LABEL, remove_container, short
 
 log = logging.getLogger("relay.runtime.sweep")
 
@@ -109,7 +109,7 @@ class Leftovers:
             if remove_container(self._api, reference, context) and self.clock() >= settled_at:
                 del self._references[reference]
                 log.info("Removed a container left behind while the engine was unreachable",
-                         extra={**context, "container": reference[:12]})
+                         extra={**context, "container": short(reference)})
 
     def loop(self):
         while not self.stopping.wait(self.interval):

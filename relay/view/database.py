@@ -452,10 +452,19 @@ def _exists(path):
 
 
 def _unreadable(path):
-    import getpass
-
-    return (f"the state database {path} is not readable by user {getpass.getuser()}: read it as root "
+    return (f"the state database {path} is not readable by user {_user()}: read it as root "
             f"(sudo relay ...), or as a member of the group that owns {path.parent}")
+
+
+def _user():
+    """This process's user by its uid, not by $USER (setpriv and su keep the caller's); "uid N" without a name."""
+    import pwd
+
+    uid = os.getuid()
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return f"uid {uid}"
 
 
 class _ReadConnection:

@@ -34,7 +34,7 @@ def print_report(command, render, reader=None):
     """Print what *render* returns; an unknown name or an unreadable database is one line on stderr, exit 1.
 
     When *reader*'s database does not exist at all, the report is still
-    printed (empty, as the reference shows it) and one line on stderr says why.
+    printed as for a fresh database (zeroes, no functions) and one line on stderr says why.
     """
     try:
         text = render()
