@@ -85,6 +85,16 @@ def test_show_prints_every_field_and_the_event_pretty(dlq, redis_client):
     assert result.stdout.endswith('Event:\n{\n  "event_id": "evt_1",\n  "n": 1\n}\n')
 
 
+def test_show_and_json_name_the_schedule_occurrence_a_dead_letter_was(dlq, redis_client):
+    occurrence = "schedule:reports:app.nightly:2026-12-05T03:00:00Z"
+    entry = dead_letter(redis_client, **{keys.DLQ_SCHEDULE: occurrence})
+    plain = dead_letter(redis_client)
+    assert f"Schedule:        {occurrence}\n" in dlq("show", entry).stdout
+    assert "Schedule:" not in dlq("show", plain).stdout
+    records = [json.loads(line) for line in dlq("ls", "--json").stdout.splitlines()]
+    assert [record["schedule"] for record in records] == [occurrence, None]
+
+
 HOSTILE = "\x1b]0;owned\x07\x1b[2J\x9b31m\u202e\x7f\r\x00"   # title, clear screen, C1 CSI, bidi override, DEL
 
 

@@ -109,6 +109,8 @@ def _show(letters, args, stdout):
              ("Consumer", _shown(letter.consumer)), ("Dead-lettered", f"{_shown(letter.timestamp)} ({age} ago)"),
              ("Attempts", _attempts(letter)),
              ("Functions", _shown(", ".join(letter.targets)) or "-"), ("Reason", _shown(_one_line(letter.reason)))]
+    if letter.schedule is not None:
+        lines.append(("Schedule", _shown(letter.schedule)))
     if letter.truncated:
         size = "was too big to keep whole" if letter.event_bytes is None else f"had {letter.event_bytes} bytes"
         lines.append(("Truncated", f"yes: the event {size}; the first {len(letter.event)} are kept"))
@@ -179,7 +181,8 @@ def _record(letter):
     record = {"dlq_id": letter.dlq_id, "original_id": letter.original_id,
               "original_stream": letter.original_stream, "group": letter.group, "consumer": letter.consumer,
               "reason": letter.reason, "attempts": letter.attempts, "timestamp": letter.timestamp,
-              "targets": list(letter.targets), "truncated": letter.truncated, "event_bytes": letter.event_bytes}
+              "targets": list(letter.targets), "truncated": letter.truncated, "event_bytes": letter.event_bytes,
+              "schedule": letter.schedule}
     try:
         record["event"] = letter.event.decode("utf-8")
     except UnicodeDecodeError:

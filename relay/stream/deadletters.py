@@ -101,6 +101,7 @@ class DeadLetter:
     truncated: bool = False
     event_bytes: int | None = None
     attempts_text: str = ""
+    schedule: str | None = None   # the occurrence id, when the entry was one Relay's scheduler published
 
     @classmethod
     def of(cls, entry_id: bytes | str, fields: dict) -> DeadLetter:
@@ -113,7 +114,8 @@ class DeadLetter:
             group=text(keys.DLQ_GROUP), consumer=text(keys.DLQ_CONSUMER), event=fields.get(keys.EVENT_FIELD, b""),
             reason=text(keys.DLQ_REASON), attempts=_number(text(keys.DLQ_ATTEMPTS)),
             timestamp=text(keys.DLQ_TIMESTAMP), truncated=text(keys.DLQ_TRUNCATED) == "true",
-            event_bytes=_number(text(keys.DLQ_EVENT_BYTES)), attempts_text=text(keys.DLQ_ATTEMPTS))
+            event_bytes=_number(text(keys.DLQ_EVENT_BYTES)), attempts_text=text(keys.DLQ_ATTEMPTS),
+            schedule=text(keys.DLQ_SCHEDULE) or None)
 
     @property
     def dead_lettered_ms(self) -> int:
