@@ -102,9 +102,9 @@ class BoundedWSGIServer(WSGIServer):
         self.body_rate_grace = body_rate_grace
         self.connections = set()  # the connections the server has started reading
         self.starved = False      # the pool is full and nothing could be closed: accepting waits
-        self.shed = _RareWarning(f"{name} http server at its connection limit; closing the oldest connections "
+        self.shed = RareWarning(f"{name} http server at its connection limit; closing the oldest connections "
                                  "waiting on a slow client", limit=self.cap)
-        self.slow_bodies = _RareWarning(f"{name} http server closed connections whose request body arrived "
+        self.slow_bodies = RareWarning(f"{name} http server closed connections whose request body arrived "
                                         "below the minimum rate", min_bytes_per_second=min_body_rate)
         self.full = self._full_after_shedding  # gevent set it to the pool's full(); same hook, our rule
 
@@ -289,11 +289,12 @@ class _Body(Input):
         pass
 
 
-class _RareWarning:
-    """Counts closed connections and logs a warning about them at most once a WARNING_INTERVAL."""
+class RareWarning:
+    """Counts what a client was refused and logs a warning about it at most once a WARNING_INTERVAL,
+    with how many times it happened since the last one (under *counted*: closed connections by default)."""
 
-    def __init__(self, message, **extra):
-        self.message, self.extra = message, extra
+    def __init__(self, message, counted="closed", logger=log, **extra):
+        self.message, self.counted, self.logger, self.extra = message, counted, logger, extra
         self.since_warning = 0
         self.last_warning = None
 
@@ -301,7 +302,7 @@ class _RareWarning:
         self.since_warning += 1
         now = time.monotonic()
         if self.last_warning is None or now - self.last_warning >= WARNING_INTERVAL:
-            log.warning(self.message, extra={**self.extra, "closed": self.since_warning})
+            self.logger.warning(self.message, extra={**self.extra, self.counted: self.since_warning})
             self.last_warning, self.since_warning = now, 0
 
 

@@ -414,3 +414,27 @@ def test_a_body_below_1_kib_per_second_is_408_after_2_seconds(webhooks, head):
     assert time.monotonic() - began >= 2   # the grace: a body may take its time to start
     settle(hook.jobs)
     assert hook.jobs.runs == 0
+
+
+def test_bodies_past_the_budget_are_refused_at_once_until_those_in_flight_are_done(webhooks, logs, monkeypatch):
+    """Many large deliveries at once cannot grow the worker without bound: what does not fit is a 503."""
+    monkeypatch.setattr(webhook_module, "BODIES_IN_FLIGHT", 10_000)
+    hook = webhooks()
+    body = json.dumps(push()).encode()
+    head = (b"POST /github HTTP/1.1\r\nHost: x\r\nX-GitHub-Event: push\r\nContent-Length: 4000\r\n\r\n")
+    from gevent import socket as green_socket
+
+    holders = [green_socket.create_connection(("127.0.0.1", hook.port), timeout=10) for _ in range(2)]
+    for holder in holders:
+        holder.sendall(head + b"{")          # 8,000 bytes taken; the bodies are still coming
+    gevent.sleep(0.3)
+    with gevent.Timeout(2):                   # answered at once, the body never read
+        answer = exchange(hook.port, head)
+    assert answer.startswith(b"HTTP/1.1 503") and b"\r\nRetry-After: 5\r\n" in answer
+    assert answer.endswith(b"too many deliveries being received; try again\n")
+    assert "Webhook deliveries refused: the bodies being received fill the budget" in logged(logs)
+    assert hook.deliver(body=b"x" * 1000)[0] == 400   # 1,000 bytes still fit: read (and not JSON)
+    for holder in holders:
+        holder.close()
+    gevent.sleep(0.3)
+    assert hook.deliver(body=body)[:2] == (202, "sync scheduled\n")   # the budget is whole again

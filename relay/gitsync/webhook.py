@@ -35,12 +35,13 @@ from relay.errors import MalformedDelivery, SecretError, WebhookBindError
 from relay.gitsync.delivery import SIGNATURE_HEADER, parse_payload, push_mismatch, signature_valid
 from relay.gitsync.layout import Layout
 from relay.gitsync.source import load_source
-from relay.http_server import BoundedWSGIServer
+from relay.http_server import BoundedWSGIServer, RareWarning
 from relay.secrets.store import FileSecretStore
 
 log = logging.getLogger("relay.gitsync")
 
 MAX_BODY = 25 * 1024 * 1024  # GitHub does not send larger deliveries
+BODIES_IN_FLIGHT = 64 * 1024 * 1024   # bytes the deliveries being received may hold together
 STOP_GRACE = 10.0            # seconds a running sync may take to finish at shutdown
 
 
@@ -80,47 +81,81 @@ def _warn_about_the_secret(source, secrets, address):
                     extra={"error": str(error)})
 
 
+class BodyBudget:
+    """The bytes the deliveries being received may hold together, so that many large bodies at once
+    cannot grow the worker without bound; a delivery that does not fit is refused, not queued."""
+
+    def __init__(self, total):
+        self.total, self.used = total, 0
+
+    def take(self, size):
+        if self.used + size > self.total:
+            return False
+        self.used += size
+        return True
+
+    def give(self, size):
+        self.used -= size
+
+
 def webhook_app(source, secrets, runner):
     app = bottle.Bottle()
+    budget = BodyBudget(BODIES_IN_FLIGHT)
+    refused = RareWarning("Webhook deliveries refused: the bodies being received fill the budget",
+                          counted="refused", logger=log, budget=budget.total)
 
     @app.post("/github")
     def github():
-        request = bottle.request
-        delivery = request.headers.get("X-GitHub-Delivery", "")
-        try:
-            body = _body(request.environ)
-        except OSError:  # the client stopped sending, or the request deadline cut it
-            return _answer(408, "request body incomplete", close=True)
-        if body is None:
+        size = _declared_size(bottle.request.environ)
+        if size > MAX_BODY:
             return _answer(413, "payload too large")
-        if source.webhook_secret is not None:
-            try:
-                secret = secrets.get(source.webhook_secret)
-            except SecretError as error:
-                log.error("Webhook delivery refused: the webhook secret cannot be read",
-                          extra={"delivery": delivery, "error": str(error)})
-                return _answer(500, "webhook secret unavailable")
-            if not signature_valid(secret, body, request.headers.get(SIGNATURE_HEADER)):
-                log.warning("Webhook delivery rejected: missing or invalid signature", extra={"delivery": delivery})
-                return _answer(401, "invalid signature")
-        event = request.headers.get("X-GitHub-Event", "")
-        if event != "push":
-            log.debug("Webhook delivery ignored", extra={"delivery": delivery, "event": event})
-            return _answer(200, f"ignored: {event or 'no'} event")
+        if not budget.take(size):
+            refused.count()
+            return _answer(503, "too many deliveries being received; try again", close=True,
+                           headers={"Retry-After": "5"})
         try:
-            payload = parse_payload(body, request.headers.get("Content-Type"))
-        except MalformedDelivery as error:
-            return _answer(400, str(error))
-        mismatch = push_mismatch(payload, source)
-        if mismatch:
-            log.info("Webhook push ignored", extra={"delivery": delivery, "reason": mismatch})
-            return _answer(200, f"ignored: {mismatch}")
-        log.info("Webhook push accepted; sync scheduled", extra={"delivery": delivery, "ref": payload.get("ref"),
-                                                                  "after": payload.get("after")})
-        runner.request()
-        return _answer(202, "sync scheduled")
+            return _deliver(bottle.request, source, secrets, runner)
+        finally:
+            budget.give(size)
 
     return app
+
+
+def _deliver(request, source, secrets, runner):
+    """Read, authenticate and act on one delivery (its body fits the budget)."""
+    delivery = request.headers.get("X-GitHub-Delivery", "")
+    try:
+        body = _body(request.environ)
+    except OSError:  # the client stopped sending, or the request deadline cut it
+        return _answer(408, "request body incomplete", close=True)
+    if body is None:
+        return _answer(413, "payload too large")
+    if source.webhook_secret is not None:
+        try:
+            secret = secrets.get(source.webhook_secret)
+        except SecretError as error:
+            log.error("Webhook delivery refused: the webhook secret cannot be read",
+                      extra={"delivery": delivery, "error": str(error)})
+            return _answer(500, "webhook secret unavailable")
+        if not signature_valid(secret, body, request.headers.get(SIGNATURE_HEADER)):
+            log.warning("Webhook delivery rejected: missing or invalid signature", extra={"delivery": delivery})
+            return _answer(401, "invalid signature")
+    event = request.headers.get("X-GitHub-Event", "")
+    if event != "push":
+        log.debug("Webhook delivery ignored", extra={"delivery": delivery, "event": event})
+        return _answer(200, f"ignored: {event or 'no'} event")
+    try:
+        payload = parse_payload(body, request.headers.get("Content-Type"))
+    except MalformedDelivery as error:
+        return _answer(400, str(error))
+    mismatch = push_mismatch(payload, source)
+    if mismatch:
+        log.info("Webhook push ignored", extra={"delivery": delivery, "reason": mismatch})
+        return _answer(200, f"ignored: {mismatch}")
+    log.info("Webhook push accepted; sync scheduled", extra={"delivery": delivery, "ref": payload.get("ref"),
+                                                              "after": payload.get("after")})
+    runner.request()
+    return _answer(202, "sync scheduled")
 
 
 class WebhookServer:
@@ -160,15 +195,19 @@ class WebhookServer:
             self.runner.kill(timeout=5)
 
 
+def _declared_size(environ):
+    """The body's size as its Content-Length gives it; MAX_BODY, the most it may be, when it has none (chunked)."""
+    length = environ.get("CONTENT_LENGTH") or ""
+    return int(length) if length.isascii() and length.isdigit() else MAX_BODY
+
+
 def _body(environ):
     """The request body, or None when it is larger than MAX_BODY."""
-    length = environ.get("CONTENT_LENGTH") or ""
-    if length.isascii() and length.isdigit() and int(length) > MAX_BODY:
-        return None
     data = environ["wsgi.input"].read(MAX_BODY + 1)
     return None if len(data) > MAX_BODY else data
 
 
-def _answer(status, text, close=False):
-    headers = {"Content-Type": "text/plain; charset=utf-8", **({"Connection": "close"} if close else {})}
+def _answer(status, text, close=False, headers=None):
+    headers = {"Content-Type": "text/plain; charset=utf-8", **({"Connection": "close"} if close else {}),
+               **(headers or {})}
     return bottle.HTTPResponse(text + "\n", status=status, headers=headers)
