@@ -66,26 +66,34 @@ class MissingTemplate(TemplateError):
 
 
 class InvalidTemplate(TemplateError):
-    """A template or pattern with one or more problems, all counted, the first MAX_LISTED listed."""
+    """A function whose template, pattern or files have one or more problems, all counted,
+    the first MAX_LISTED listed.
+
+    *problems* are relay.functions.problems.Problem records (field path,
+    message, line, file); each prints as ``line 5: events[0].pattern: ...``.
+    """
 
     def __init__(self, source, problems):
         self.source = source
         self.problems = tuple(problems)
         count = len(self.problems)
         lines = [f"{source}: {count} problem{'s' if count != 1 else ''}"]
-        lines += [f"  {path}: {message}" if path else f"  {message}" for path, message in self.problems[:MAX_LISTED]]
+        lines += [f"  {problem}" for problem in self.problems[:MAX_LISTED]]
         if count > MAX_LISTED:
             lines.append(f"  ... and {count - MAX_LISTED} more")
         super().__init__("\n".join(lines))
 
 
 class TemplateTooLarge(InvalidTemplate):
-    """A template past a limit (bytes, expanded nodes, nesting depth): refused before it is built."""
+    """A template past a limit (bytes, expanded nodes, nesting depth): refused before it is built.
+
+    *problem* is the one Problem (relay.functions.problems) that says which limit.
+    """
 
     def __init__(self, source, problem):
         TemplateError.__init__(self, f"{source}: {problem}")
         self.source = source
-        self.problems = (("", problem),)
+        self.problems = (problem,)
 
 
 class LinkOutside(RelayError):

@@ -43,14 +43,14 @@ def test_every_problem_of_every_function_is_listed_at_once(tmp_path):
     assert code == 1
     template = root / "bad-template" / "template.yaml"
     assert [line for line in lines if line.startswith(str(template))] == [
-        f"{template}: runtime: 'python2' is not supported; use one of python3.14, node24",
+        f'{template}: runtime: "python2" is not supported; use one of python3.14, node24',
         f"{template}: concurrency: 0 must be a whole number of 1 or more",
         f"{template}: a template needs at least one entry in events or schedules"]
-    assert (f"{root / 'no-module' / 'template.yaml'}: events[1].handler: other.handler: no module other: none of "
-            f"other.py, other/__init__.py exists in {root / 'no-module'}") in lines
+    assert (f'{root / "no-module" / "template.yaml"}: events[1].handler: other.handler: no module other: none of '
+            f'other.py, other/__init__.py exists in {root / "no-module"}') in lines
     assert not any("events[0].handler" in line for line in lines if "no-module" in line)
-    assert any(line.startswith(f"{root / 'Bad_Name'}: ") for line in lines)
-    assert any(line.startswith(f"{root / 'lockless'}: package-lock.json needs package.json") for line in lines)
+    assert any(line.startswith(f'{root / "Bad_Name"}: ') for line in lines)
+    assert any(line.startswith(f'{root / "lockless"}: package-lock.json needs package.json') for line in lines)
     assert lines[-1].startswith(f"4 functions in {root}: 0 valid, 4 with problems (")
 
 
@@ -61,10 +61,10 @@ def test_missing_secrets_and_templates_are_warnings_only(tmp_path):
     (root / "not-yet").mkdir()
     code, output = validate(root, tmp_path, secrets=["db-password"])
     assert code == 0
-    assert (f"{root / 'users' / 'template.yaml'}: secrets.API_TOKEN: warning: secret 'api-token' is not in the "
+    assert (f'{root / "users" / "template.yaml"}: secrets.API_TOKEN: warning: secret "api-token" is not in the '
             f"local store") in output
     assert "secrets.DB" not in output
-    assert f"{root / 'not-yet' / 'template.yaml'}: warning: does not exist" in output
+    assert f'{root / "not-yet" / "template.yaml"}: warning: does not exist' in output
     assert output.splitlines()[-1] == f"2 functions in {root}: 2 valid (2 warnings)"
 
 
@@ -83,7 +83,7 @@ def test_json_for_ci(tmp_path):
 def test_the_command_runs_as_an_operator_would(tmp_path):
     result = run_relay("validate", str(tmp_path / "missing"), env=base_env())
     assert result.returncode == 1
-    assert result.stdout.splitlines()[0] == f"{tmp_path / 'missing'}: does not exist"
+    assert result.stdout.splitlines()[0] == f'{tmp_path / "missing"}: does not exist'
 
 
 def test_bad_pattern_operators_are_listed_with_their_paths(tmp_path):
@@ -107,10 +107,10 @@ events:
     assert code == 1
     assert output.splitlines()[:5] == [
         f"{path}: events[0].pattern.status.anything-but: takes a list of values, or {{prefix: [...]}} for strings "
-        f"starting with none of them; not {{'suffix': ['_test']}}",
+        f'starting with none of them; not {{"suffix": ["_test"]}}',
         f"{path}: events[0].pattern.email.wildcard: wildcard takes strings, not 1",
         f"{path}: events[0].pattern.name.equals-ignore-case: equals-ignore-case needs at least one value; an empty "
         f"list can never match",
-        f"{path}: events[0].pattern.$or[1]: must be a mapping of event fields to conditions, not 'kind'",
+        f'{path}: events[0].pattern.$or[1]: must be a mapping of event fields to conditions, not "kind"',
         f"{path}: events[0].pattern.$or[2].new_image.$or: must be a non-empty list of patterns (mappings of event "
         f"fields to conditions), not []"]
