@@ -541,6 +541,7 @@ def _cron_problem(fields):
             croniter(" ".join(words), second_at_beginning=seconds)
         except (CroniterError, ValueError, KeyError, IndexError, TypeError) as error:
             text = re.sub(r"\A\[[^\]]*\]\s*", "", str(error)).strip()
+            text = re.sub(r" in field [0-9]+", "", text)  # its own count from 0; the message names the field
             return re.sub(r"'([^']*)'", r'"\1"', text) or "is refused"  # croniter's words, its quotes as ours
         return None
 
