@@ -66,14 +66,11 @@ class MissingTemplate(TemplateError):
 
 
 class InvalidTemplate(TemplateError):
-    """A function whose template, pattern or files have one or more problems, all counted,
-    the first MAX_LISTED listed.
-
-    *problems* are relay.functions.problems.Problem records (field path,
-    message, line, file); each prints as ``line 5: events[0].pattern: ...``.
-    """
+    """A template, pattern or function file with one or more problems, all counted, the first MAX_LISTED listed."""
 
     def __init__(self, source, problems):
+        # *problems*: relay.functions.problems.Problem records (field path, message, line, file),
+        # each printed as "line 5: events[0].pattern: ..."
         self.source = source
         self.problems = tuple(problems)
         count = len(self.problems)
@@ -85,12 +82,9 @@ class InvalidTemplate(TemplateError):
 
 
 class TemplateTooLarge(InvalidTemplate):
-    """A template past a limit (bytes, expanded nodes, nesting depth): refused before it is built.
+    """A template past a limit (bytes, expanded nodes, nesting depth): refused before it is built."""
 
-    *problem* is the one Problem (relay.functions.problems) that says which limit.
-    """
-
-    def __init__(self, source, problem):
+    def __init__(self, source, problem):  # *problem*: the one Problem that says which limit
         TemplateError.__init__(self, f"{source}: {problem}")
         self.source = source
         self.problems = (problem,)

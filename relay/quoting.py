@@ -55,27 +55,6 @@ def show(value, limit=QUOTE_LIMIT):
 
 
 def _show(value, level, limit):
-    if value is None:
-        return "null"
-    if value is True or value is False:
-        return "true" if value else "false"
-    if isinstance(value, str):
-        return _string(value, limit)
-    if isinstance(value, int):
-        try:
-            return str(value)
-        except ValueError:  # past Python's digit limit for str()
-            return "a number too large to show"
-    if isinstance(value, float):
-        if math.isnan(value):
-            return ".nan"
-        if math.isinf(value):
-            return ".inf" if value > 0 else "-.inf"
-        return repr(value)
-    if isinstance(value, date):  # a YAML timestamp (datetime is a date too)
-        return value.isoformat()
-    if isinstance(value, (bytes, bytearray)):
-        return f"binary data ({len(value)} bytes)"
     if isinstance(value, dict):
         if level >= _MAX_LEVELS:
             return "{...}"
@@ -87,7 +66,28 @@ def _show(value, level, limit):
             return "[...]"
         items = [_show(item, level + 1, limit) for item in _first(value)]
         return "[" + ", ".join(items + ["..."] * (len(value) > _MAX_ITEMS)) + "]"
-    return _string(str(value)[:limit], limit)
+    return _scalar(value, limit)
+
+
+def _scalar(value, limit):
+    if value is None:
+        return "null"
+    if value is True or value is False:
+        return "true" if value else "false"
+    if isinstance(value, int):
+        try:
+            return str(value)
+        except ValueError:  # past Python's digit limit for str()
+            return "a number too large to show"
+    if isinstance(value, float):
+        if math.isnan(value):
+            return ".nan"
+        return (".inf" if value > 0 else "-.inf") if math.isinf(value) else repr(value)
+    if isinstance(value, date):  # a YAML timestamp (datetime is a date too)
+        return value.isoformat()
+    if isinstance(value, (bytes, bytearray)):
+        return f"binary data ({len(value)} bytes)"
+    return _string(value if isinstance(value, str) else str(value)[:limit], limit)
 
 
 def _first(items):

@@ -314,7 +314,8 @@ REJECTED = [
     ({"a": {"anything-but": {"prefix": []}}}, "pattern.a.anything-but.prefix: anything-but prefix needs at least one"),
     ({"a": {"anything-but": {"prefix": {"b": "c"}}}},
      "pattern.a.anything-but.prefix: anything-but prefix takes plain values"),
-    ({"a": {"equals-ignore-case": [1]}}, "pattern.a.equals-ignore-case: equals-ignore-case takes strings, not the number 1"),
+    ({"a": {"equals-ignore-case": [1]}},
+     "pattern.a.equals-ignore-case: equals-ignore-case takes strings, not the number 1"),
     ({"a": {"equals-ignore-case": []}}, "pattern.a.equals-ignore-case: equals-ignore-case needs at least one value"),
     ({"a": {"wildcard": [None]}}, "pattern.a.wildcard: wildcard takes strings, not an empty value (null)"),
     ({"a": {"wildcard": ["x", ["y"]]}}, "pattern.a.wildcard[1]: wildcard takes plain values"),
@@ -324,7 +325,8 @@ REJECTED = [
     ({"$or": []}, "pattern.$or: must be a non-empty list of patterns"),
     ({"$or": {"a": ["x"]}}, "pattern.$or: must be a non-empty list of patterns"),
     ({"$or": [{"a": ["x"]}, 1]}, "pattern.$or[1]: must be a mapping of event fields to conditions, not the number 1"),
-    ({"$or": [{"a": ["x"]}, {}]}, "pattern.$or[1]: must be a mapping of event fields to conditions, not an empty mapping"),
+    ({"$or": [{"a": ["x"]}, {}]},
+     "pattern.$or[1]: must be a mapping of event fields to conditions, not an empty mapping"),
     ({"$or": [["a"]]}, 'pattern.$or[0]: must be a mapping of event fields to conditions, not the list ["a"]'),
     ({"n": {"$or": [{"a": "x"}]}}, 'pattern.n.$or[0].a: "x" is a single value'),
     ({"n": {"$or": None}}, "pattern.n.$or: must be a non-empty list of patterns"),
@@ -365,7 +367,8 @@ def test_a_problem_in_a_rule_has_the_rule_path():
     with pytest.raises(TemplateError) as caught:
         parse_template(json.dumps({"runtime": "python3.14", "events": [
             {"handler": "a.handler", "pattern": {"$or": [{"kind": ["x"]}, "y"]}}]}), "f/template.yaml")
-    assert 'events[0].pattern.$or[1]: must be a mapping of event fields to conditions, not the string "y"' in str(caught.value)
+    assert ('events[0].pattern.$or[1]: must be a mapping of event fields to conditions, not the string "y"'
+            in str(caught.value))
 
 
 # --- wildcard: linear whatever the pattern -------------------------------------------

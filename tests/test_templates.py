@@ -158,7 +158,8 @@ def test_timeouts(value, expected):
 
 
 @pytest.mark.parametrize(("value", "message"), [
-    ("0s", '"0s" must be longer than zero'), ('"0"', '"0" must be longer than zero'), ("0", "must be a Go duration such as 20s or 1m30s, not the number 0"),
+    ("0s", '"0s" must be longer than zero'), ('"0"', '"0" must be longer than zero'),
+    ("0", "must be a Go duration such as 20s or 1m30s, not the number 0"),
     ("-5s", '"-5s" must be longer than zero'), ("5m1s", '"5m1s" is longer than the maximum of 5m0s'),
     ("1h", '"1h" is longer than the maximum'), ("20", "not the number 20"), ("abc", '"abc" is not a duration'),
     ("1d", 'unknown unit "d"'), ("true", "not the boolean true"), ("null", "not an empty value (null)"),
@@ -363,14 +364,16 @@ def test_warm_settings():
     ("warm:\n  containers: two\n", 'warm.containers: "two" must be between 1 and concurrency (4)'),
     ("warm:\n  containers: true\n", "warm.containers: true must be between 1 and concurrency (4)"),
     ("warm:\n  max_invocations: 0\n", "warm.max_invocations: 0 must be a whole number of 1 or more"),
-    ("warm:\n  max_invocations: 1.5\n", "warm.max_invocations: must be a whole number of 1 or more, not the number 1.5"),
+    ("warm:\n  max_invocations: 1.5\n",
+     "warm.max_invocations: must be a whole number of 1 or more, not the number 1.5"),
     ("warm:\n  idle: 10\n", "warm.idle: must be a Go duration such as 20s or 1m30s, not the number 10"),
     ("warm:\n  idle: 0s\n", 'warm.idle: "0s" must be longer than zero'),
     ("warm:\n  idle: soon\n", 'warm.idle: "soon" is not a duration'),
     ("warm:\n  prestart: yes please\n", 'warm.prestart: must be true or false, not the string "yes please"'),
     ("warm:\n  containres: 2\n", "warm.containres: is not a key of warm; use containers, max_invocations, idle, "
                                  "prestart"),
-    ("warm: true\n", "warm: must be a mapping with containers, max_invocations, idle or prestart, not the boolean true"),
+    ("warm: true\n",
+     "warm: must be a mapping with containers, max_invocations, idle or prestart, not the boolean true"),
     ("warm: [2]\n", "warm: must be a mapping"),
     ("warm:\n", "warm: must be a mapping"),
 ])
@@ -400,8 +403,10 @@ def test_retry_backoff(value, expected):
 
 
 @pytest.mark.parametrize(("value", "message"), [
-    ("[]", "events[0].retry_backoff: must be a list of one or more durations such as [10s, 30s, 2m], not an empty list"),
-    ("10s", 'events[0].retry_backoff: must be a list of one or more durations such as [10s, 30s, 2m], not the string "10s"'),
+    ("[]",
+     "events[0].retry_backoff: must be a list of one or more durations such as [10s, 30s, 2m], not an empty list"),
+    ("10s",
+     'events[0].retry_backoff: must be a list of one or more durations such as [10s, 30s, 2m], not the string "10s"'),
     ("{a: 1s}", "events[0].retry_backoff: must be a list"),
     ("[10s, x]", 'events[0].retry_backoff[1]: "x" is not a duration'),
     ("[10s, 30s, 5]", "events[0].retry_backoff[2]: must be a Go duration such as 20s or 1m30s, not the number 5"),
@@ -491,7 +496,8 @@ def test_a_rules_max_event_age_is_enough_for_the_functions_on_expired():
     ("", {"max_event_age": "0s"}, 'events[0].max_event_age: "0s" must be longer than zero'),
     ("", {"max_event_age": "-1h"}, 'events[0].max_event_age: "-1h" must be longer than zero'),
     ("", {"max_event_age": "1d"}, 'events[0].max_event_age: "1d" is not a duration (unknown unit "d"'),
-    ("", {"max_event_age": "3600"}, "events[0].max_event_age: must be a Go duration such as 20s or 1m30s, not the number 3600"),
+    ("", {"max_event_age": "3600"},
+     "events[0].max_event_age: must be a Go duration such as 20s or 1m30s, not the number 3600"),
     ("", {"max_event_age": "1h", "on_expired": "keep"},
      'events[0].on_expired: "keep" is not one of dead-letter, drop'),
     ("", {"max_event_age": "1h", "on_expired": "dead_letter"},

@@ -145,9 +145,8 @@ def test_keys_that_look_like_operators_relay_lacks_are_warnings_with_their_path_
         ("events[0].pattern.detail.price.numeric", 6), ("events[0].pattern.detail.source_ip.cidr", 7),
         ("events[0].pattern.detail.state.anything_but", 8), ("events[0].pattern.$and", 9),
         ("events[0].pattern.$type", 10)]
-    assert template.rules[0].pattern.matches({"detail": {"price": {"numeric": 100}, "source_ip": {"cidr": "10.0.0.0/24"},
-                                                          "state": {"anything_but": "DELETED"}},
-                                              "$and": "kind", "$type": "order"})
+    detail = {"price": {"numeric": 100}, "source_ip": {"cidr": "10.0.0.0/24"}, "state": {"anything_but": "DELETED"}}
+    assert template.rules[0].pattern.matches({"detail": detail, "$and": "kind", "$type": "order"})
 
 
 PYTHON_REPRS = re.compile(r"\bNone\b|\bTrue\b|\bFalse\b|'\w[^']+'|<class|datetime\\.")
@@ -227,9 +226,9 @@ def test_json_carries_warnings_and_lines_like_the_text(tmp_path):
     document = json.loads(output)
     assert code == 0 and document["valid"] is True
     first = document["findings"][0]
+    field = "events[0].pattern.detail.price.numeric"
     assert first == {"function": "orders", "file": str(root / "orders" / "template.yaml"), "line": 6,
-                     "path": "events[0].pattern.detail.price.numeric", "field": "events[0].pattern.detail.price.numeric",
-                     "severity": "warning", "message": first["message"]}
+                     "path": field, "field": field, "severity": "warning", "message": first["message"]}
     assert first["message"].endswith("write {gt: 100}")
 
 

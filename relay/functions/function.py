@@ -20,7 +20,7 @@ from pathlib import Path
 from relay.errors import InvalidTemplate, MissingTemplate, TemplateError, TemplateTooLarge, reason
 from relay.functions.document import MAX_TEMPLATE_BYTES, too_large
 from relay.functions.fingerprint import TAG_LENGTH, fingerprint_directory
-from relay.functions.problems import ERROR, Problem, join
+from relay.functions.problems import ERROR, Problem, join, show
 from relay.functions.regular import not_regular_message, read_regular, special_kind
 from relay.functions.template import CheckedTemplate, Template, check_template
 from relay.links import links_outside
@@ -82,7 +82,7 @@ def inspect_function(directory, webhook_secret=None):
     unreadable, not a regular file, past a limit or not YAML (InvalidTemplate).
     """
     directory = Path(directory)
-    problem = function_name_problem(directory.name)
+    problem = function_name_problem(directory.name, render=show)
     if problem:
         raise TemplateError(f"{directory}: {problem}")
     _refuse_links_outside(directory)

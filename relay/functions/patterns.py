@@ -29,7 +29,6 @@ never an error: an event may really have a field named ``numeric``.
 """
 
 import difflib
-
 import json
 import math
 import re
@@ -315,10 +314,9 @@ def operator_hint(name, operand=None):
 
 def _numeric_hint(operand):
     """EventBridge's ``numeric: [">", 100]`` as Relay writes it: ``{gt: 100}``."""
-    pairs = list(zip(operand[::2], operand[1::2])) if isinstance(operand, list) and len(operand) % 2 == 0 else []
-    if len(pairs) == 1 and type(pairs[0][1]) in (int, float):
-        sign, number = pairs[0]
-        if sign in _COMPARISON_WORDS:
+    if isinstance(operand, list) and len(operand) == 2 and type(operand[1]) in (int, float):
+        sign, number = operand
+        if isinstance(sign, str) and sign in _COMPARISON_WORDS:
             return f"write {{{_COMPARISON_WORDS[sign]}: {show(number)}}}"
         if sign == "=":
             return f"write [{show(number)}]"

@@ -21,9 +21,8 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import yaml
 
-from relay.errors import InvalidTemplate
 from relay.durations import HOUR, MINUTE, SECOND, format_duration, parse_duration
-from relay.errors import DurationError
+from relay.errors import DurationError, InvalidTemplate
 from relay.functions.document import Locations, load_document
 from relay.functions.patterns import Pattern, compile_pattern
 from relay.functions.problems import Problem, Problems, given, join, reason, show
@@ -581,7 +580,8 @@ def _env(document, root, problems):
     for key_node, value_node in node.value:
         name = key_node.value
         where = join("env", name)
-        problem = env_name_problem(name) if isinstance(key_node, yaml.ScalarNode) else "is not a variable name"
+        problem = env_name_problem(name, render=show) if isinstance(key_node, yaml.ScalarNode) \
+            else "is not a variable name"
         if problem:
             problems.add(where, problem)
         elif name in RESERVED_VARIABLES:
@@ -604,7 +604,7 @@ def _secrets(document, env, problems):
     valid = {}
     for name, reference in secrets.items():
         where = join("secrets", name)
-        problem = env_name_problem(name) or secret_name_problem(reference)
+        problem = env_name_problem(name, render=show) or secret_name_problem(reference, render=show)
         if problem:
             problems.add(where, problem)
         elif name in RESERVED_VARIABLES:

@@ -49,6 +49,7 @@ from relay.gitsync.webhook_secret import webhook_secret_name
 from relay.live.catalog import ActiveFunction
 from relay.live.loading import function_names
 from relay.live.status import FunctionStatus, Outcome, now
+from relay.quoting import show
 
 log = logging.getLogger("relay.live.reconciler")
 
@@ -144,7 +145,7 @@ class Reconciler:
         if not directory.is_dir():
             self._remove(name)
             return
-        problem = function_name_problem(name)
+        problem = function_name_problem(name, render=show)
         if problem:
             self._note(name, "invalid", logging.ERROR, "Invalid function name; directory skipped",
                        path=str(directory), error=problem)

@@ -66,7 +66,7 @@ def validate(root, secret_names=None, webhook_secret=None) -> tuple[int, list[Fi
 
 def validate_function(directory: Path, secret_names=None, webhook_secret=None) -> list[Finding]:
     name = directory.name
-    problem = function_name_problem(name)
+    problem = function_name_problem(name, render=show)
     if problem:
         return [Finding(name, str(directory), "", f"{problem}; Relay skips this directory")]
     template_path = str(directory / TEMPLATE_FILE)
