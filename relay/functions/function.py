@@ -98,8 +98,8 @@ def inspect_function(directory, webhook_secret=None):
 def _read_template(directory, template_path):
     try:
         data, kind = read_regular(template_path, MAX_TEMPLATE_BYTES + 1)
-        if kind is not None:
-            raise InvalidTemplate(str(template_path), [Problem("", not_regular_message(kind))])
+        if data is None:
+            raise InvalidTemplate(str(template_path), [Problem("", not_regular_message(kind or "not a regular file"))])
         problem = too_large(len(data))
         if problem:
             raise TemplateTooLarge(str(template_path), Problem("", problem))

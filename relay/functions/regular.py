@@ -21,7 +21,7 @@ _KINDS = ((stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISSOCK, "a socket"),
 _OPEN_FLAGS = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
 
 
-def kind_of(mode):
+def kind_of(mode: int) -> str:
     """What a file of st_mode *mode* is, in words: "a FIFO (named pipe)", "a directory", ... ("a regular file")."""
     if stat.S_ISREG(mode):
         return "a regular file"
@@ -35,7 +35,7 @@ def kind_of(mode):
     return "not a regular file"
 
 
-def special_kind(path):
+def special_kind(path: str | os.PathLike) -> str | None:
     """The kind of *path* (links followed) when it is a FIFO, socket or device; None otherwise or when absent."""
     try:
         mode = os.stat(path).st_mode
@@ -44,7 +44,7 @@ def special_kind(path):
     return None if stat.S_ISREG(mode) or stat.S_ISDIR(mode) else kind_of(mode)
 
 
-def read_regular(path, limit):
+def read_regular(path: str | os.PathLike, limit: int) -> tuple[bytes | None, str | None]:
     """(at most *limit* bytes, None) of the regular file *path* (links followed), opened without
     blocking; (None, its kind) when it is anything but a regular file.
 
@@ -61,7 +61,7 @@ def read_regular(path, limit):
         return handle.read(limit), None
 
 
-def special_files(root):
+def special_files(root: str | os.PathLike) -> list[tuple[str, str]]:
     """(relative posix path, kind) of every FIFO, socket or device below *root*, and of every
     link to one, sorted; links to directories are not followed into."""
     root = Path(root)
@@ -75,5 +75,5 @@ def special_files(root):
     return sorted(found)
 
 
-def not_regular_message(kind):
+def not_regular_message(kind: str) -> str:
     return f"is {kind}, not a regular file; Relay reads only regular files"
