@@ -2,11 +2,13 @@
 
 Templates and REDIS_STREAM_RETENTION were specified for a Go program, so
 "1h30m", ".5s", "1.s", "-0" and "300µs" mean here what they mean there, and
-"1d", "5" and "" are rejected the same way. Durations are integers of
+"1d", "5" and "" are rejected the same way, with Go's words (``unknown unit
+"d" in duration "1d"``). Durations are integers of
 nanoseconds, like Go's ``time.Duration``.
 """
 
 from relay.errors import DurationError
+from relay.quoting import show
 
 NANOSECOND = 1
 MICROSECOND = 1000 * NANOSECOND
@@ -38,47 +40,47 @@ def parse_duration(text):
     if rest == "0":
         return 0
     if not rest:
-        raise DurationError(f"invalid duration {text!r}")
+        raise DurationError(f"invalid duration {show(text)}")
     total = 0
     while rest:
         value, rest = _term(rest, text)
         total += value
         if total > _LIMIT:
-            raise DurationError(f"invalid duration {text!r}")
+            raise DurationError(f"invalid duration {show(text)}")
     if negative:
         return -total
     if total > _LIMIT - 1:
-        raise DurationError(f"invalid duration {text!r}")
+        raise DurationError(f"invalid duration {show(text)}")
     return total
 
 
 def _term(rest, text):
     """The first number-and-unit of *rest* ("1.5h"), in nanoseconds, and what follows it."""
     if not (rest[0] == "." or _is_digit(rest[0])):
-        raise DurationError(f"invalid duration {text!r}")
+        raise DurationError(f"invalid duration {show(text)}")
     whole, rest, digits_before = _leading_int(rest, text)
     fraction, scale, digits_after = 0, 1.0, False
     if rest[:1] == ".":
         fraction, scale, rest, digits_after = _leading_fraction(rest[1:])
     if not (digits_before or digits_after):
-        raise DurationError(f"invalid duration {text!r}")
+        raise DurationError(f"invalid duration {show(text)}")
     end = 0
     while end < len(rest) and not (rest[end] == "." or _is_digit(rest[end])):
         end += 1
     if end == 0:
-        raise DurationError(f"missing unit in duration {text!r}")
+        raise DurationError(f"missing unit in duration {show(text)}")
     unit_name, rest = rest[:end], rest[end:]
     unit = _UNITS.get(unit_name)
     if unit is None:
-        raise DurationError(f"unknown unit {unit_name!r} in duration {text!r}")
+        raise DurationError(f"unknown unit {show(unit_name)} in duration {show(text)}")
     if whole > _LIMIT // unit:
-        raise DurationError(f"invalid duration {text!r}")
+        raise DurationError(f"invalid duration {show(text)}")
     value = whole * unit
     if fraction:
         # Go uses float64 here too; matching it keeps rounding identical.
         value += int(float(fraction) * (float(unit) / scale))
         if value > _LIMIT:
-            raise DurationError(f"invalid duration {text!r}")
+            raise DurationError(f"invalid duration {show(text)}")
     return value, rest
 
 
@@ -130,7 +132,7 @@ def _leading_int(text, original):
     while end < len(text) and _is_digit(text[end]):
         value = value * 10 + ord(text[end]) - 48
         if value > _LIMIT:
-            raise DurationError(f"invalid duration {original!r}")
+            raise DurationError(f"invalid duration {show(original)}")
         end += 1
     return value, text[end:], end > 0
 

@@ -71,14 +71,16 @@ class MissingTemplate(TemplateError):
 
 
 class InvalidTemplate(TemplateError):
-    """A template or pattern with one or more problems, all counted, the first MAX_LISTED listed."""
+    """A template, pattern or function file with one or more problems, all counted, the first MAX_LISTED listed."""
 
     def __init__(self, source, problems):
+        # *problems*: relay.functions.problems.Problem records (field path, message, line, file),
+        # each printed as "line 5: events[0].pattern: ..."
         self.source = source
         self.problems = tuple(problems)
         count = len(self.problems)
         lines = [f"{source}: {count} problem{'s' if count != 1 else ''}"]
-        lines += [f"  {path}: {message}" if path else f"  {message}" for path, message in self.problems[:MAX_LISTED]]
+        lines += [f"  {problem}" for problem in self.problems[:MAX_LISTED]]
         if count > MAX_LISTED:
             lines.append(f"  ... and {count - MAX_LISTED} more")
         super().__init__("\n".join(lines))
@@ -87,10 +89,10 @@ class InvalidTemplate(TemplateError):
 class TemplateTooLarge(InvalidTemplate):
     """A template past a limit (bytes, expanded nodes, nesting depth): refused before it is built."""
 
-    def __init__(self, source, problem):
+    def __init__(self, source, problem):  # *problem*: the one Problem that says which limit
         TemplateError.__init__(self, f"{source}: {problem}")
         self.source = source
-        self.problems = (("", problem),)
+        self.problems = (problem,)
 
 
 class LinkOutside(RelayError):

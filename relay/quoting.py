@@ -6,9 +6,19 @@ message quotes through ``quote``: a repr that is bounded while it is built
 (reprlib looks at a few items of each container and a few levels deep), then
 cut to QUOTE_LIMIT characters with an ellipsis. Stdlib only: the admin
 commands import it.
+
+``show`` is the rendering a person reads in a message about a template or a
+name: the value as YAML (and JSON) would write it, never as Python does --
+``"users"`` with double quotes, ``null``, ``true``, ``[1, "a"]``,
+``{"suffix": ["_test"]}`` -- bounded the same way, with control and
+invisible format characters escaped so that no value can reach a terminal
+as anything but text.
 """
 
+import math
 import reprlib
+import unicodedata
+from datetime import date
 
 QUOTE_LIMIT = 100
 
@@ -31,3 +41,70 @@ def quote(value, limit=QUOTE_LIMIT):
 def shorten(text, limit=QUOTE_LIMIT):
     """*text* itself (not a repr) cut to *limit* characters with an ellipsis."""
     return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+_MAX_ITEMS = 4   # items shown of a list or mapping, then "..."
+_MAX_LEVELS = 3  # nested lists and mappings shown, then [...] or {...}
+_ESCAPES = {'"': '\\"', "\\": "\\\\", "\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def show(value, limit=QUOTE_LIMIT):
+    """*value* as YAML/JSON writes it, at most *limit* characters: ``"a"``, ``null``, ``true``, ``[1, 2]``."""
+    text = _show(value, 0, limit)
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def _show(value, level, limit):
+    if isinstance(value, dict):
+        if level >= _MAX_LEVELS:
+            return "{...}"
+        items = [f"{_show(key, level + 1, limit)}: {_show(item, level + 1, limit)}"
+                 for key, item in _first(value.items())]
+        return "{" + ", ".join(items + ["..."] * (len(value) > _MAX_ITEMS)) + "}"
+    if isinstance(value, (list, tuple, set, frozenset)):
+        if level >= _MAX_LEVELS:
+            return "[...]"
+        items = [_show(item, level + 1, limit) for item in _first(value)]
+        return "[" + ", ".join(items + ["..."] * (len(value) > _MAX_ITEMS)) + "]"
+    return _scalar(value, limit)
+
+
+def _scalar(value, limit):
+    if value is None:
+        return "null"
+    if value is True or value is False:
+        return "true" if value else "false"
+    if isinstance(value, int):
+        try:
+            return str(value)
+        except ValueError:  # past Python's digit limit for str()
+            return "a number too large to show"
+    if isinstance(value, float):
+        if math.isnan(value):
+            return ".nan"
+        return (".inf" if value > 0 else "-.inf") if math.isinf(value) else repr(value)
+    if isinstance(value, date):  # a YAML timestamp (datetime is a date too)
+        return value.isoformat()
+    if isinstance(value, (bytes, bytearray)):
+        return f"binary data ({len(value)} bytes)"
+    return _string(value if isinstance(value, str) else str(value)[:limit], limit)
+
+
+def _first(items):
+    found = []
+    for item in items:
+        if len(found) == _MAX_ITEMS:
+            break
+        found.append(item)
+    return found
+
+
+def _string(text, limit):
+    """A double-quoted string; control, format and separator characters as \\uXXXX escapes."""
+    out = []
+    for character in text[:limit]:
+        escape = _ESCAPES.get(character)
+        if escape is None and unicodedata.category(character) in ("Cc", "Cf", "Cs", "Zl", "Zp"):
+            escape = f"\\u{ord(character):04x}"
+        out.append(escape or character)
+    return '"' + "".join(out) + ('..."' if len(text) > limit else '"')

@@ -2,6 +2,7 @@
 
 import os
 import shutil
+import threading
 from pathlib import Path
 
 import pytest
@@ -107,3 +108,24 @@ def test_invalid_template_names_the_file(function_dir):
     with pytest.raises(TemplateError) as caught:
         load_function(function_dir)
     assert str(caught.value).startswith(f"{function_dir / 'template.yaml'}: 1 problem")
+
+
+def test_a_file_swapped_for_a_fifo_after_the_look_is_never_waited_on(tmp_path, monkeypatch):
+    """The fingerprint looks (is it a regular file?) and then opens; a file replaced by a FIFO in
+    between once blocked the open for good, waiting for a writer. It is skipped now."""
+    directory = tmp_path / "fn"
+    directory.mkdir()
+    (directory / "app.py").write_text("def handler(event):\n    pass\n")
+    before = fingerprint_directory(directory)
+    os.mkfifo(directory / "swapped.py")
+    real_is_file = Path.is_file
+    monkeypatch.setattr(Path, "is_file", lambda path: path.name == "swapped.py" or real_is_file(path))
+    result = []
+    worker = threading.Thread(target=lambda: result.append(fingerprint_directory(directory)), daemon=True)
+    worker.start()
+    worker.join(10)
+    if worker.is_alive():  # release the blocked open before failing
+        os.close(os.open(directory / "swapped.py", os.O_WRONLY | os.O_NONBLOCK))
+        worker.join(10)
+        pytest.fail("the fingerprint waited on a FIFO")
+    assert result == [before]

@@ -106,3 +106,75 @@ def test_the_webhook_secret_is_never_handed_to_a_function_and_the_store_is_narro
         if worker is not None:
             worker.kill()
         remove_images(docker_engine, token)
+
+
+FIFO = "is a FIFO (named pipe), not a regular file; Relay reads only regular files"
+NUMERIC = """runtime: python3.14
+events:
+  - handler: app.handler
+    pattern: {{kind: [{name}], price: {{numeric: [">", 100]}}}}
+"""
+
+
+def refusals(worker):
+    return [line for line in worker.stderr.splitlines() if 'msg="Invalid function; skipped"' in line]
+
+
+def test_fifos_are_refused_by_a_running_relay_which_keeps_serving_the_other_functions(
+        redis_server, redis_client, docker_engine, tmp_path, token):
+    """FIFOs where Relay reads files -- template.yaml, a handler module, requirements.txt,
+    package.json -- at start and hot-reloaded: each function is refused with one log line
+    naming the file, never opened, and the other functions keep serving. Before, a FIFO
+    template was taken for a missing one and a FIFO module or manifest was silently left out
+    of the image (and ``relay validate`` hung on the template)."""
+    functions, state = tmp_path / "functions", tmp_path / "state"
+    functions.mkdir()
+    steady = f"steady-{token}"
+    write_function(functions, steady, TEMPLATE.format(name=steady, variable="API_TOKEN", secret="api-token"),
+                   {"app.py": SOURCE.format(name=steady)})
+    FileSecretStore(state / "secrets").set("api-token", b"token-value")
+    piped = {}
+    for kind, runtime in (("template", "python3.14"), ("handler", "python3.14"), ("requirements", "python3.14"),
+                          ("package", "node24")):
+        name = f"piped-{kind}-{token}"
+        module = {"python3.14": "app.py", "node24": "app.mjs"}[runtime]
+        template = f"runtime: {runtime}\nevents:\n  - handler: app.handler\n    pattern: {{kind: [{name}]}}\n"
+        piped[kind] = write_function(functions, name, template, {module: "" if kind == "handler" else "x = 1\n"})
+    os.unlink(piped["template"] / "template.yaml")
+    os.mkfifo(piped["template"] / "template.yaml")
+    os.unlink(piped["handler"] / "app.py")
+    os.mkfifo(piped["handler"] / "app.py")
+    os.mkfifo(piped["requirements"] / "requirements.txt")
+    os.mkfifo(piped["package"] / "package.json")
+    worker = None
+    try:
+        worker = start_relay(redis_server, tmp_path, functions, state, token)
+        refused = {line.split("function=", 1)[1].split(" ", 1)[0]: line for line in refusals(worker)}
+        assert sorted(refused) == sorted(directory.name for directory in piped.values()), worker.stderr[-3000:]
+        inside = {"template": "template.yaml", "handler": "app.py", "requirements": "requirements.txt",
+                  "package": "package.json"}
+        for kind, directory in piped.items():
+            assert f"/functions/{directory.name}/{inside[kind]}" in refused[directory.name]
+            assert FIFO in refused[directory.name]
+        publish(redis_client, steady, 1)
+        worker.wait_for(f"{steady} v1 n=1", where="stdout")
+
+        late = functions / f"late-{token}"                 # hot reload: a new function whose template is a FIFO
+        late.mkdir()
+        os.mkfifo(late / "template.yaml")
+        wait_until(lambda: len(refusals(worker)) == 5, timeout=30, what="the late FIFO to be refused")
+        assert f"/functions/{late.name}/template.yaml" in refusals(worker)[-1] and FIFO in refusals(worker)[-1]
+        publish(redis_client, steady, 2)                   # the worker never waited on it
+        worker.wait_for(f"{steady} v1 n=2", where="stdout")
+
+        priced = f"priced-{token}"                         # a warning is logged and changes nothing
+        write_function(functions, priced, NUMERIC.format(name=priced), {"app.py": SOURCE.format(name=priced)})
+        worker.wait_for('msg="Template warning; the function loads all the same"')
+        warning = next(line for line in worker.stderr.splitlines() if "Template warning" in line)
+        assert f"function={priced} " in warning and "line=4 " in warning
+        assert "field=events[0].pattern.price.numeric " in warning and "write {gt: 100}" in warning
+        assert "Traceback" not in worker.stderr
+    finally:
+        if worker is not None:
+            worker.kill()
+        remove_images(docker_engine, token)

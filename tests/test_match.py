@@ -1,6 +1,7 @@
 """``relay match``: which handlers an event would run, read and matched as the consumer does (no Redis, no Docker)."""
 
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -46,7 +47,8 @@ def test_an_event_relay_would_dead_letter_and_an_unloadable_function(tmp_path):
     write_function(root, "broken", "runtime: python3.14\nevents: []\n", {})
     result = match(str(root), event=INSERT)
     assert result.returncode == 0
-    assert result.stderr.startswith("relay match: skipped broken: ")
+    assert result.stderr.startswith(f"relay match: skipped broken: {root / 'broken' / 'template.yaml'}: a template "
+                                    f"needs at least one entry in events or schedules (see 'relay validate ")
     bad = run_relay("match", str(root), env=base_env(), input="[1, 2]")
     assert bad.returncode == 1
     assert bad.stderr.endswith("the event is a JSON list, not an object; Relay would dead-letter this entry\n")
@@ -103,3 +105,16 @@ def test_first_mismatch_has_a_reason_exactly_when_the_pattern_fails(pattern, eve
     assert (why is None) is compiled.matches(event, NOW)
     if why is not None:
         assert ": " in why
+
+
+def test_a_function_whose_template_is_a_fifo_is_skipped_at_once(tmp_path):
+    """``relay match`` loads functions as ``relay start`` does: a FIFO named template.yaml is
+    named and skipped, never opened (it used to wait there for a writer)."""
+    root = tmp_path / "functions"
+    shutil.copytree(EXAMPLES, root)
+    (root / "piped").mkdir()
+    os.mkfifo(root / "piped" / "template.yaml")
+    result = run_relay("match", str(root), env=base_env(), input=json.dumps(INSERT), timeout=30)
+    assert result.returncode == 0
+    assert (f"relay match: skipped piped: {root / 'piped' / 'template.yaml'}: is a FIFO (named pipe), not a "
+            f"regular file; Relay reads only regular files") in result.stderr

@@ -330,3 +330,46 @@ def test_a_missing_image_that_is_no_longer_active_is_ignored(root, world):
     world.reconciler.image_missing("unknown", "relay-fn-unknown:0000000000000000")
     world.reconciler._pool.join()
     assert world.builder.built == ["good"]
+
+
+def test_fifos_where_relay_reads_files_are_refused_and_logged_never_opened(root, world, caplog):
+    """A FIFO as template.yaml was taken for "no template" (silently not ready), and a FIFO
+    manifest or handler module was left out of the image; each is now an invalid function."""
+    import os
+
+    write(root, "good")
+    os.mkfifo(write(root, "piped-template", template=None) / "template.yaml")
+    os.mkfifo(write(root, "piped-requirements") / "requirements.txt")
+    handler = write(root, "piped-handler")
+    (handler / "app.py").unlink()
+    os.mkfifo(handler / "app.py")
+    with caplog.at_level(logging.INFO, logger="relay.live.reconciler"):
+        assert world.reconciler.load_all() == 4
+    assert world.names() == ["good"]
+    refused = {record.function: record.error for record in caplog.records
+               if record.getMessage() == "Invalid function; skipped"}
+    fifo = "is a FIFO (named pipe), not a regular file; Relay reads only regular files"
+    assert refused == {
+        "piped-template": f"{root / 'piped-template' / 'template.yaml'}: 1 problem\n  {fifo}",
+        "piped-requirements": f"{root / 'piped-requirements' / 'template.yaml'}: 1 problem\n"
+                              f"  {root / 'piped-requirements' / 'requirements.txt'}: {fifo}",
+        "piped-handler": f"{root / 'piped-handler' / 'template.yaml'}: 2 problems\n"
+                         f"  line 4: events[0].handler: app.handler: {root / 'piped-handler' / 'app.py'} {fifo}\n"
+                         f"  line 6: events[1].handler: app.other: {root / 'piped-handler' / 'app.py'} {fifo}"}
+
+
+def test_a_templates_warnings_are_logged_once_each_and_the_function_serves(root, world, caplog):
+    write(root, "priced", template="runtime: python3.14\nevents:\n  - handler: app.handler\n"
+                                   "    pattern: {price: {numeric: ['>', 100]}}\n")
+    with caplog.at_level(logging.INFO, logger="relay.live.reconciler"):
+        world.reconciler.load_all()
+        world.reconciler.rescan()
+        world.reconciler._pool.join()
+    assert world.names() == ["priced"]
+    warnings = [record for record in caplog.records if record.levelno == logging.WARNING]
+    assert len(warnings) == 1
+    (warning,) = warnings
+    assert warning.getMessage() == "Template warning; the function loads all the same"
+    assert (warning.function, warning.file, warning.line, warning.field) == (
+        "priced", str(root / "priced" / "template.yaml"), 4, "events[0].pattern.price.numeric")
+    assert warning.warning.endswith("write {gt: 100}")

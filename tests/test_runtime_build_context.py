@@ -96,6 +96,19 @@ def test_symlinks_inside_are_kept_as_links_and_outside_ones_left_out(function_di
     assert warned == set(left_out)
 
 
+def test_a_fifo_among_the_handler_files_is_left_out_with_a_warning_never_opened(function_dir, caplog):
+    """A FIFO beside the handler modules (one the loader does not refuse: no handler names it)
+    carries no source; the context leaves it out and says so, instead of skipping it silently."""
+    os.mkfifo(function_dir / "pkg" / "inner" / "pipe")
+    function = load_function(function_dir)
+    with caplog.at_level(logging.WARNING, logger="relay.runtime.build"):
+        entries, _ = members(function_context(function_recipe(function, PYTHON, None)))
+    assert "function/pkg/inner/pipe" not in entries and "function/pkg/inner/jobs.py" in entries
+    [record] = caplog.records
+    assert record.getMessage() == "File is not a regular file; it is left out of the image"
+    assert (record.function, record.path, record.kind) == ("ctx", "pkg/inner/pipe", "a FIFO (named pipe)")
+
+
 def test_package_json_is_injected_when_missing(tmp_path):
     directory = tmp_path / "node-fn"
     directory.mkdir()

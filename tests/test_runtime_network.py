@@ -40,7 +40,7 @@ def test_network_accepts_none_or_nothing(tmp_path):
     directory = write_function(tmp_path, "with-host", template("x", "host"), {"app.py": SOURCE})
     with pytest.raises(TemplateError) as raised:
         load_function(directory)
-    assert "network: 'host' is not supported; use none, or leave network out for the engine's default network" \
+    assert "network: \"host\" is not supported; use none, or leave network out for the engine's default network" \
         in str(raised.value)
 
 

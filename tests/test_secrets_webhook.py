@@ -44,7 +44,7 @@ def test_a_template_that_names_the_webhook_secret_fails_to_load_and_says_why(tmp
     directory = write(tmp_path, "hooked", template=TEMPLATE)
     with pytest.raises(TemplateError) as refused:
         load_function(directory, webhook_secret="github-webhook")
-    assert str(refused.value) == f"{directory / 'template.yaml'}: 1 problem\n  secrets.HOOK: {REFUSAL}"
+    assert str(refused.value) == f"{directory / 'template.yaml'}: 1 problem\n  line 6: secrets.HOOK: {REFUSAL}"
     assert load_function(directory, webhook_secret="another").template.secrets["HOOK"] == "github-webhook"
 
 

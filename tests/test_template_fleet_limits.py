@@ -38,19 +38,19 @@ def test_rates(text, count, period):
 
 
 @pytest.mark.parametrize(("value", "message"), [
-    ('"20 per second"', "rate_limit: '20 per second' is not a rate; use <n>/s, <n>/m or <n>/h"),
+    ('"20 per second"', 'rate_limit: "20 per second" is not a rate; use <n>/s, <n>/m or <n>/h'),
     ("20", "rate_limit: 20 is not a rate; use <n>/s, <n>/m or <n>/h"),
-    ("20/d", "rate_limit: '20/d' is not a rate"),
-    ("20/S", "rate_limit: '20/S' is not a rate"),
-    ("1.5/s", "rate_limit: '1.5/s' is not a rate"),
-    ("-1/s", "rate_limit: '-1/s' is not a rate"),
-    ("20 /s", "rate_limit: '20 /s' is not a rate"),
-    ("/s", "rate_limit: '/s' is not a rate"),
-    ("[20/s]", "rate_limit: ['20/s'] is not a rate"),
-    ("", "rate_limit: None is not a rate"),
-    ("0/s", "rate_limit: '0/s' must allow 1 to 1000000 invocations per period, e.g. 20/s"),
-    ("1000001/m", "rate_limit: '1000001/m' must allow 1 to 1000000 invocations per period"),
-    ("9999999999999/s", "rate_limit: '9999999999999/s' is not a rate"),
+    ("20/d", 'rate_limit: "20/d" is not a rate'),
+    ("20/S", 'rate_limit: "20/S" is not a rate'),
+    ("1.5/s", 'rate_limit: "1.5/s" is not a rate'),
+    ("-1/s", 'rate_limit: "-1/s" is not a rate'),
+    ("20 /s", 'rate_limit: "20 /s" is not a rate'),
+    ("/s", 'rate_limit: "/s" is not a rate'),
+    ("[20/s]", 'rate_limit: ["20/s"] is not a rate'),
+    ("", "rate_limit: null is not a rate"),
+    ("0/s", 'rate_limit: "0/s" must allow 1 to 1000000 invocations per period, e.g. 20/s'),
+    ("1000001/m", 'rate_limit: "1000001/m" must allow 1 to 1000000 invocations per period'),
+    ("9999999999999/s", 'rate_limit: "9999999999999/s" is not a rate'),
 ])
 def test_bad_rates(value, message):
     assert message in problems(f"rate_limit: {value}\n")
@@ -63,8 +63,8 @@ def test_concurrency_key():
 
 @pytest.mark.parametrize("value", ['""', "new_image.", ".id", "a..b", "12", "[a, b]", "{a: b}", "", "true"])
 def test_bad_concurrency_keys(value):
-    shown = {'""': "''", "": "None", "[a, b]": "['a', 'b']", "{a: b}": "{'a': 'b'}", "true": "True"}
-    expected = shown.get(value, value if value == "12" else f"'{value}'")
+    shown = {'""': '""', "": "null", "[a, b]": '["a", "b"]', "{a: b}": '{"a": "b"}', "true": "true"}
+    expected = shown.get(value, value if value == "12" else f'"{value}"')
     assert (f"concurrency_key: {expected} is not a field path; name a field of the event, with dots between "
             f"levels, e.g. new_image.id") in problems(f"concurrency_key: {value}\n")
 
@@ -73,8 +73,8 @@ def test_their_problems_come_with_the_others():
     text = problems("concurrency: 0\nrate_limit: fast\nconcurrency_key: ''\n")
     assert "3 problems" in text
     assert "concurrency: 0 must be a whole number of 1 or more" in text
-    assert "rate_limit: 'fast' is not a rate" in text
-    assert "concurrency_key: '' is not a field path" in text
+    assert 'rate_limit: "fast" is not a rate' in text
+    assert 'concurrency_key: "" is not a field path' in text
 
 
 def test_unknown_top_level_keys_name_them():

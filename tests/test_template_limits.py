@@ -141,13 +141,13 @@ def test_a_slow_load_runs_off_the_hub_so_other_greenlets_keep_ticking(tmp_path, 
     import relay.functions.function as function_module
 
     real_sleep = gevent.monkey.get_original("time", "sleep")
-    parse = function_module.parse_template
+    parse = function_module.check_template
 
     def slow_parse(text, source):
         real_sleep(1.0)   # a blocking second, as a huge or hostile template costs
         return parse(text, source)
 
-    monkeypatch.setattr(function_module, "parse_template", slow_parse)
+    monkeypatch.setattr(function_module, "check_template", slow_parse)
     root = tmp_path / "functions"
     write(root, "slow")
     write(root, "bomb", template=alias_bomb("secrets: {TOKEN: *l7}"))

@@ -3,7 +3,8 @@
 The event (one JSON object, from --event=<file> or standard input) is read
 and matched exactly as the consumer does (relay.stream.plans); functions
 are loaded as ``relay start`` loads them, and one that does not load is
-skipped with a line on stderr (``relay validate`` says why). Neither Redis
+skipped with a line on stderr naming its first problem (``relay validate``
+lists them all). Neither Redis
 nor Docker is needed.
 """
 
@@ -41,8 +42,8 @@ def run(args, stdin=None, stdout=None):
         try:
             functions.append(ActiveFunction(load_function(root / name), image=""))
         except TemplateError as error:
-            first = str(error).splitlines()[0]
-            print(f"relay match: skipped {name}: {first} (see 'relay validate {root}')", file=sys.stderr)
+            print(f"relay match: skipped {name}: {_first_problem(error)} (see 'relay validate {root}')",
+                  file=sys.stderr)
     plan = plan_entry("0-0", {EVENT_FIELD: raw}, Rules(functions))
     if plan.problem:
         print(f"relay match: {plan.problem}; Relay would dead-letter this entry", file=sys.stderr)
@@ -60,3 +61,12 @@ def run(args, stdin=None, stdout=None):
         print(f"relay match: no handler in {root} matches this event", file=sys.stderr)
         return NONE_MATCHED
     return MATCHED
+
+
+def _first_problem(error):
+    """The first problem of *error* (a TemplateError) on one line, with how many more there are."""
+    problems = getattr(error, "problems", ())
+    if not problems:
+        return str(error).splitlines()[0]
+    more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+    return f"{error.source}: {problems[0]}{more}"

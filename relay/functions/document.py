@@ -16,12 +16,18 @@ measured there before anything is constructed:
 
 Within the limits, anchors keep working for ordinary reuse, such as a
 pattern shared by two rules. The duplicate-key walk visits every node once.
+
+``Locations`` maps the field paths of a template (``events[2].pattern.price``)
+to the lines they are written on, from the node graph's marks, so that every
+problem can say where it is.
 """
+
+import re
 
 import yaml
 
 from relay.errors import InvalidTemplate, TemplateTooLarge
-from relay.functions.problems import join
+from relay.functions.problems import Problem, join
 
 MAX_TEMPLATE_BYTES = 64 * 1024
 MAX_NODES = 10_000
@@ -50,7 +56,7 @@ def load_document(text, source, problems):
     """
     problem = too_large(len(text.encode("utf-8", "surrogatepass")))
     if problem:
-        raise TemplateTooLarge(source, problem)
+        raise TemplateTooLarge(source, Problem("", problem))
     loader = _Loader(text)
     try:
         root = loader.get_single_node()
@@ -60,13 +66,15 @@ def load_document(text, source, problems):
         _check_duplicate_keys(root, problems)
         document = loader.construct_document(root)
     except _Refused as refused:
-        raise TemplateTooLarge(source, refused.problem) from None
+        raise TemplateTooLarge(source, Problem("", refused.problem)) from None
     except RecursionError:
-        raise TemplateTooLarge(source, _too_deep()) from None
+        raise TemplateTooLarge(source, Problem("", _too_deep())) from None
     except yaml.YAMLError as error:
-        raise InvalidTemplate(source, [("", f"is not valid YAML: {_yaml_problem(error)}")]) from None
+        mark = getattr(error, "problem_mark", None)
+        raise InvalidTemplate(source, [Problem("", f"is not valid YAML: {_yaml_problem(error)}",
+                                               line=mark.line + 1 if mark is not None else None)]) from None
     except ValueError as error:  # e.g. an integer past Python's digit limit
-        raise InvalidTemplate(source, [("", f"is not a usable YAML value: {error}")]) from None
+        raise InvalidTemplate(source, [Problem("", f"is not a usable YAML value: {error}")]) from None
     finally:
         loader.dispose()
     return document, root
@@ -120,7 +128,8 @@ def _check_duplicate_keys(root, problems):
             for key_node, value_node in node.value:
                 key = key_node.value if isinstance(key_node, yaml.ScalarNode) else None
                 if key is not None and key in seen:
-                    problems.add(join(path, key), "is given twice; YAML would keep only the last one")
+                    problems.add(join(path, key), "is given twice; YAML would keep only the last one",
+                                 line=_line(key_node))
                 seen.add(key)
                 children.append((value_node, join(path, key) if key is not None else path))
         else:
@@ -128,8 +137,51 @@ def _check_duplicate_keys(root, problems):
         pending.extend(reversed(children))
 
 
+class Locations:
+    """Field path -> the 1-based line it is written on, for every field of a template.
+
+    A mapping's field is on its key's line, a list item on the line it starts.
+    A path the template does not hold (a required key that is missing, a key
+    YAML turned into something other than text) is placed at its nearest
+    ancestor that it does hold; the template as a whole has no line.
+    """
+
+    _LAST_STEP = re.compile(r"(.*?)(?:\[[0-9]+\]|\.[^.]*)\Z", re.DOTALL)
+
+    def __init__(self, root):
+        self._lines = {}
+        pending = [(root, "")] if root is not None else []
+        while pending:  # every path once; measure() bounded their number by MAX_NODES
+            node, path = pending.pop()
+            if isinstance(node, yaml.MappingNode):
+                for key_node, value_node in node.value:
+                    if isinstance(key_node, yaml.ScalarNode):
+                        child = join(path, key_node.value)
+                        self._lines.setdefault(child, _line(key_node))
+                        pending.append((value_node, child))
+            elif isinstance(node, yaml.SequenceNode):
+                for index, item in enumerate(node.value):
+                    child = join(path, index)
+                    self._lines.setdefault(child, _line(item))
+                    pending.append((item, child))
+
+    def line(self, path):
+        """The line of *path*, or of its nearest ancestor in the template; None for the template itself."""
+        while path:
+            line = self._lines.get(path)
+            if line is not None:
+                return line
+            found = self._LAST_STEP.fullmatch(path)
+            path = found.group(1) if found else ""
+        return None
+
+
+def _line(node):
+    return node.start_mark.line + 1
+
+
 def _yaml_problem(error):
     problem = getattr(error, "problem", None) or str(error)
     mark = getattr(error, "problem_mark", None)
-    where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+    where = f" at column {mark.column + 1}" if mark is not None else ""  # the line is the problem's own
     return " ".join(f"{problem}{where}".split())

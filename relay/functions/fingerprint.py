@@ -3,11 +3,15 @@
 Every file below the function directory counts, nested ones included, in a
 stable order; the absolute location and modification times do not. A
 symbolic link counts as its target text and is never followed, so nothing
-outside the directory can change the fingerprint.
+outside the directory can change the fingerprint. FIFOs, sockets and devices
+carry no source and are never opened: a file is opened without waiting and
+read only when the opened file is a regular one.
 """
 
 import hashlib
 import os
+import stat
+from contextlib import contextmanager
 from pathlib import Path
 
 TAG_LENGTH = 16
@@ -25,13 +29,24 @@ def fingerprint_directory(directory):
             digest.update(b"L\0%d\0%s\0%d\0%s" % (len(name), name, len(target), target))
             continue
         if not path.is_file():
-            continue  # sockets and FIFOs carry no source
-        size = path.stat().st_size
-        digest.update(b"F\0%d\0%s\0%d\0" % (len(name), name, size))
-        with open(path, "rb") as handle:
+            continue  # sockets, FIFOs and devices carry no source, and are never opened
+        with _open_regular(path) as handle:
+            if handle is None:
+                continue  # swapped for one of those since the look
+            size = os.fstat(handle.fileno()).st_size
+            digest.update(b"F\0%d\0%s\0%d\0" % (len(name), name, size))
             while chunk := handle.read(_CHUNK):
                 digest.update(chunk)
     return digest.hexdigest()
+
+
+@contextmanager
+def _open_regular(path):
+    """*path* opened for reading, never following a link and never waiting (a FIFO would);
+    None when what was opened is no regular file."""
+    descriptor = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    with open(descriptor, "rb") as handle:
+        yield handle if stat.S_ISREG(os.fstat(descriptor).st_mode) else None
 
 
 def _entries(root):

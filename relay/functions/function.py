@@ -3,17 +3,26 @@
 A template larger than MAX_TEMPLATE_BYTES is refused unread (only one byte
 past the limit is ever read). A template that names the webhook's secret
 (``relay git set --webhook-secret``) is refused: that secret belongs to
-Relay and is never handed to a function.
+Relay and is never handed to a function. The template, the handler modules
+it names and the dependency manifests are regular files or the function is
+refused: a FIFO, socket or device is named and never opened
+(relay.functions.regular).
+
+``inspect_function`` finds every problem of a directory at once -- the
+template's and its files' -- without raising for them; ``load_function``
+raises InvalidTemplate listing the errors, or returns the Function, whose
+template carries the warnings.
 """
 
 from dataclasses import dataclass
 from pathlib import Path
 
-from relay.errors import InvalidTemplate, MissingTemplate, TemplateError, TemplateTooLarge
+from relay.errors import InvalidTemplate, MissingTemplate, TemplateError, TemplateTooLarge, reason
 from relay.functions.document import MAX_TEMPLATE_BYTES, too_large
 from relay.functions.fingerprint import TAG_LENGTH, fingerprint_directory
-from relay.functions.problems import join
-from relay.functions.template import Template, parse_template
+from relay.functions.problems import ERROR, Problem, join, show
+from relay.functions.regular import not_regular_message, read_regular, special_kind
+from relay.functions.template import CheckedTemplate, Template, check_template
 from relay.links import links_outside
 from relay.names import function_name_problem
 from relay.secrets.store import WEBHOOK_REFUSAL
@@ -34,39 +43,109 @@ class Function:
         return f"relay-fn-{self.name}:{self.fingerprint[:TAG_LENGTH]}"
 
 
+@dataclass(frozen=True)
+class Inspection:
+    """Everything found in one function directory: the checked template and every problem."""
+
+    directory: Path
+    checked: CheckedTemplate
+    problems: tuple[Problem, ...]   # the template's, then its files'; errors and warnings
+    refused_files: frozenset        # relative paths of the handler modules and manifests refused as not regular
+
+    @property
+    def errors(self):
+        return [problem for problem in self.problems if problem.severity == ERROR]
+
+    @property
+    def source(self):
+        return str(self.directory / TEMPLATE_FILE)
+
+
 def load_function(directory, webhook_secret=None):
     """Load ``/functions/<name>``: name, template and fingerprint, or TemplateError.
 
     *webhook_secret* is the name of the webhook's secret, which the template may not use.
     """
+    inspection = inspect_function(directory, webhook_secret)
+    if inspection.errors:
+        raise InvalidTemplate(inspection.source, inspection.errors)
+    directory = inspection.directory
+    return Function(name=directory.name, directory=directory, template=inspection.checked.template,
+                    fingerprint=fingerprint_directory(directory))
+
+
+def inspect_function(directory, webhook_secret=None):
+    """Every problem of ``/functions/<name>`` as an Inspection.
+
+    Raises TemplateError for what stops the look at once: an invalid name, a
+    link leading outside, a template that is missing (MissingTemplate),
+    unreadable, not a regular file, past a limit or not YAML (InvalidTemplate).
+    """
     directory = Path(directory)
-    problem = function_name_problem(directory.name)
+    problem = function_name_problem(directory.name, render=show)
     if problem:
         raise TemplateError(f"{directory}: {problem}")
     _refuse_links_outside(directory)
     template_path = directory / TEMPLATE_FILE
+    checked = check_template(_read_template(directory, template_path), str(template_path))
+    problems = list(checked.problems)
+    problems += _webhook_secret(checked, webhook_secret)
+    handler_problems, refused = _not_regular(directory, checked)
+    return Inspection(directory=directory, checked=checked, problems=tuple(problems + handler_problems),
+                      refused_files=refused)
+
+
+def _read_template(directory, template_path):
     try:
-        with open(template_path, "rb") as file:
-            data = file.read(MAX_TEMPLATE_BYTES + 1)
+        data, kind = read_regular(template_path, MAX_TEMPLATE_BYTES + 1)
+        if data is None:
+            raise InvalidTemplate(str(template_path), [Problem("", not_regular_message(kind or "not a regular file"))])
         problem = too_large(len(data))
         if problem:
-            raise TemplateTooLarge(str(template_path), problem)
-        text = data.decode("utf-8")
+            raise TemplateTooLarge(str(template_path), Problem("", problem))
+        return data.decode("utf-8")
     except FileNotFoundError:
         raise MissingTemplate(f"{directory}: no {TEMPLATE_FILE}") from None
-    except (OSError, UnicodeDecodeError) as error:
-        raise TemplateError(f"{template_path}: cannot be read: {error}") from None
-    template = parse_template(text, str(template_path))
-    _refuse_webhook_secret(template, webhook_secret, str(template_path))
-    return Function(name=directory.name, directory=directory, template=template,
-                    fingerprint=fingerprint_directory(directory))
+    except UnicodeDecodeError as error:
+        raise TemplateError(f"{template_path}: is not UTF-8 text (byte 0x{error.object[error.start]:02x} at "
+                            f"offset {error.start})") from None
+    except OSError as error:
+        raise TemplateError(f"{template_path}: cannot be read: {reason(error)}") from None
 
 
-def _refuse_webhook_secret(template, webhook_secret, source):
-    problems = [(join("secrets", variable), WEBHOOK_REFUSAL.format(name=reference))
-                for variable, reference in template.secrets.items() if reference == webhook_secret]
-    if problems:
-        raise InvalidTemplate(source, problems)
+def _webhook_secret(checked, webhook_secret):
+    if webhook_secret is None:
+        return []
+    return [Problem(path, WEBHOOK_REFUSAL.format(name=reference), line=checked.line(path))
+            for variable, reference in checked.secrets.items() if reference == webhook_secret
+            for path in [join("secrets", variable)]]
+
+
+def _not_regular(directory, checked):
+    """Errors for handler modules and dependency manifests that are not regular files, and their
+    relative paths. Which files those are is the runtime registry's knowledge (plain data)."""
+    from relay.runtime.registry import RUNTIMES
+
+    problems, refused = [], set()
+    if checked.runtime is not None:
+        runtime = RUNTIMES[checked.runtime]
+        for handler in checked.handlers:
+            for candidate in runtime.module_paths(handler.module):
+                kind = special_kind(directory / candidate)
+                if kind is not None:
+                    refused.add(candidate)
+                    problems.append(Problem(handler.path, f"{handler.handler}: {directory / candidate} "
+                                                          f"{not_regular_message(kind)}",
+                                            line=checked.line(handler.path)))
+    runtimes = [RUNTIMES[checked.runtime]] if checked.runtime is not None else list(RUNTIMES.values())
+    manifests = sorted({name for runtime in runtimes for installer in runtime.installers
+                        for name in installer.manifests})
+    for name in manifests:
+        kind = special_kind(directory / name)
+        if kind is not None:
+            refused.add(name)
+            problems.append(Problem("", not_regular_message(kind), file=str(directory / name)))
+    return problems, frozenset(refused)
 
 
 def _refuse_links_outside(directory):

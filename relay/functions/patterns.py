@@ -18,8 +18,17 @@ EventBridge): "anything but DELETED" says something about a value.
 ``compile_pattern`` validates the whole tree and reports every problem with
 its field path; the Pattern it returns evaluates an event without looking at
 the raw pattern again. Matching never raises, whatever JSON it is given.
+
+A key where Relay reads operators (the keys of a field's condition) that is
+no operator of Relay's but looks like one -- EventBridge's ``numeric`` and
+``cidr``, a ``$``-keyword other than ``$or`` (at any level), a misspelt or
+differently cased operator such as ``anything_but`` -- is a nested field
+name to Relay, so such a pattern loads and then matches nothing. Each is a
+warning naming the key and what Relay offers instead (``operator_hint``),
+never an error: an event may really have a field named ``numeric``.
 """
 
+import difflib
 import json
 import math
 import re
@@ -28,8 +37,7 @@ from datetime import UTC, date, datetime
 
 from relay.durations import parse_duration
 from relay.errors import DurationError
-from relay.functions.problems import Problems, join, reason, show
-from relay.quoting import shorten
+from relay.functions.problems import Problems, given, join, reason, show
 
 OPERATORS = ("equals", "prefix", "suffix", "exists", "gt", "gte", "lt", "lte", "anything-but", "equals-ignore-case",
              "wildcard")
@@ -89,7 +97,7 @@ def compile_pattern(pattern, path="pattern", problems=None):
     collector = Problems() if problems is None else problems
     before = len(collector)
     if not isinstance(pattern, dict) or not pattern:
-        collector.add(path, f"must be a mapping of event fields to conditions, not {show(pattern)}")
+        collector.add(path, f"must be a mapping of event fields to conditions, not {given(pattern)}")
         test = None
     else:
         test = _fields(pattern, path, collector)[0]
@@ -137,6 +145,9 @@ def _fields(mapping, path, problems):
         if not isinstance(key, str):
             problems.add(field_path, f"field name {show(key)} is not a string; quote it in the YAML")
             continue
+        if key.startswith("$") and key != OR:
+            problems.warn(field_path, f"{show(key)} is not a keyword of Relay's patterns, so it is read as an "
+                                      f"event field of that name; {operator_hint(key, condition)}")
         compiled = _or(condition, field_path, problems) if key == OR else _field(key, condition, field_path, problems)
         if compiled is not None:
             tests.append(compiled[0])
@@ -168,14 +179,14 @@ def _or(patterns, path, problems):
     """Compile ``$or``: a test on the dict that holds it, true when one of *patterns* is."""
     if not isinstance(patterns, list) or not patterns:
         problems.add(path, f"must be a non-empty list of patterns (mappings of event fields to conditions), "
-                           f"not {show(patterns)}")
+                           f"not {given(patterns)}")
         return None
     tests = []
     when_parent_missing = False
     for index, pattern in enumerate(patterns):
         pattern_path = join(path, index)
         if not isinstance(pattern, dict) or not pattern:
-            problems.add(pattern_path, f"must be a mapping of event fields to conditions, not {show(pattern)}")
+            problems.add(pattern_path, f"must be a mapping of event fields to conditions, not {given(pattern)}")
             continue
         test, when_missing = _fields(pattern, pattern_path, problems)
         tests.append(test)
@@ -211,9 +222,10 @@ def _field(key, condition, path, problems):
         return None
     if not isinstance(condition, dict) or not condition:
         problems.add(path, f"must be a list of values, a mapping of operators or a mapping of nested fields, "
-                           f"not {show(condition)}")
+                           f"not {given(condition)}")
         return None
     operators = [name for name in condition if name in OPERATORS]
+    _operator_lookalikes(condition, operators, path, problems)
     if not operators:
         fields, when_missing = _fields(condition, path, problems)
 
@@ -224,7 +236,7 @@ def _field(key, condition, path, problems):
         return nested, when_missing
     if len(operators) != len(condition):
         others = [name for name in condition if name not in OPERATORS]
-        named = ", ".join([shorten(str(name)) for name in others[:4]] + ["..."] * (len(others) > 4))
+        named = ", ".join([join("", name) for name in others[:4]] + ["..."] * (len(others) > 4))
         problems.add(path, f"mixes operators ({', '.join(operators)}) with nested fields ({named}); "
                            f"put nested fields in their own mapping")
         return None
@@ -238,7 +250,7 @@ def _field(key, condition, path, problems):
         operand_path = join(path, name)
         if name == "exists":
             if type(operand) is not bool:
-                problems.add(operand_path, f"must be true or false, not {show(operand)}")
+                problems.add(operand_path, f"must be true or false, not {given(operand)}")
                 continue
             value_tests.append(_always if operand else _never)
             when_missing = when_missing or not operand
@@ -247,6 +259,92 @@ def _field(key, condition, path, problems):
             if compiled is not None:
                 value_tests.append(compiled)
     return _present_field(key, tuple(value_tests), when_missing), when_missing
+
+
+# --- keys that look like operators Relay does not have -----------------------------
+
+# Operators of other matchers (EventBridge, MongoDB-style queries, common spellings), what to write instead.
+_FOREIGN = {
+    "numeric": "compare numbers with gt, gte, lt or lte, e.g. {gt: 100}",
+    "cidr": "Relay has no address ranges; match the text with prefix or wildcard, e.g. {prefix: [\"10.0.\"]}",
+    "regex": "Relay has no regular expressions; use prefix, suffix or wildcard",
+    "contains": "use wildcard, e.g. {wildcard: [\"*text*\"]}",
+    "in": "list the values, e.g. field: [a, b]",
+    "eq": "list the values, e.g. field: [a], or use equals",
+    "not": "use anything-but, e.g. {anything-but: [a, b]}",
+    "ne": "use anything-but, e.g. {anything-but: [a]}",
+    "neq": "use anything-but, e.g. {anything-but: [a]}",
+    "nin": "use anything-but, e.g. {anything-but: [a, b]}",
+    "between": "compare with gt, gte, lt or lte; several on one field are alternatives (OR)",
+    "range": "compare with gt, gte, lt or lte; several on one field are alternatives (OR)",
+    "startswith": "use prefix", "starts-with": "use prefix", "endswith": "use suffix", "ends-with": "use suffix",
+    "and": "sibling fields must all hold already: put the conditions side by side",
+    "or": "use $or beside the fields: $or: [{...}, {...}]",
+    "nor": "use anything-but, or $or with anything-but",
+    "exist": "use exists: true or exists: false",
+    "ignore-case": "use equals-ignore-case",
+}
+_COMPARISON_WORDS = {">": "gt", ">=": "gte", "<": "lt", "<=": "lte"}
+
+
+def _normal(name):
+    return name.lower().lstrip("$").replace("_", "").replace("-", "")
+
+
+_NORMAL_OPERATORS = {_normal(name): name for name in OPERATORS}
+_NORMAL_FOREIGN = {_normal(name): name for name in _FOREIGN}
+
+
+def operator_hint(name, operand=None):
+    """What Relay offers in place of the operator-like key *name* (given *operand*), as a phrase."""
+    normal = _normal(name)
+    if normal in _NORMAL_OPERATORS:
+        return f"write {_NORMAL_OPERATORS[normal]}, Relay's operator"
+    if normal in ("gt", "gte", "lt", "lte", "exists", "prefix", "suffix", "wildcard"):
+        return f"write {normal}"
+    if normal == "numeric":
+        return _numeric_hint(operand)
+    if normal in _NORMAL_FOREIGN:
+        return _FOREIGN[_NORMAL_FOREIGN[normal]]
+    close = difflib.get_close_matches(name.lower().lstrip("$"), OPERATORS, n=1, cutoff=0.8)
+    if close:
+        return f"write {close[0]}, if you meant Relay's operator"
+    return f"Relay's operators are {', '.join(OPERATORS)}, beside $or; see docs/templates.md"
+
+
+def _numeric_hint(operand):
+    """EventBridge's ``numeric: [">", 100]`` as Relay writes it: ``{gt: 100}``."""
+    if isinstance(operand, list) and len(operand) == 2 and type(operand[1]) in (int, float):
+        sign, number = operand
+        if isinstance(sign, str) and sign in _COMPARISON_WORDS:
+            return f"write {{{_COMPARISON_WORDS[sign]}: {show(number)}}}"
+        if sign == "=":
+            return f"write [{show(number)}]"
+    return _FOREIGN["numeric"] + "; several on one field are alternatives (OR), not a range"
+
+
+def looks_like_operator(name):
+    """Whether *name*, a key where Relay reads operators, looks like an operator Relay does not have."""
+    if not isinstance(name, str) or name in OPERATORS or name == OR:
+        return False
+    normal = _normal(name)
+    return (name.startswith("$") or normal in _NORMAL_OPERATORS or normal in _NORMAL_FOREIGN
+            or bool(difflib.get_close_matches(name.lower(), OPERATORS, n=1, cutoff=0.8)))
+
+
+def _operator_lookalikes(condition, operators, path, problems):
+    """Warn of each key of *condition* (a field's mapping) that looks like an operator Relay does not have.
+
+    ``$`` keys are left to ``_fields``, which sees them at every level; beside
+    real operators such a key is already an error (a mapping that mixes both).
+    """
+    if operators:
+        return
+    for name, operand in condition.items():
+        if isinstance(name, str) and not name.startswith("$") and looks_like_operator(name):
+            problems.warn(join(path, name), f"{show(name)} is not an operator of Relay's patterns, so it is read as "
+                                            f"a nested event field of that name, which events rarely have; "
+                                            f"{operator_hint(name, operand)}")
 
 
 def _operator(name, operand, path, problems):
@@ -281,7 +379,7 @@ def _anything_but(operand, path, problems):
         return None if operands is None else _anything_but_values(operands)
     if list(operand) != ["prefix"]:
         problems.add(path, f"takes a list of values, or {{prefix: [...]}} for strings starting with none of them; "
-                           f"not {show(operand)}")
+                           f"not {given(operand)}")
         return None
     prefixes = _string_list(operand["prefix"], join(path, "prefix"), problems, "anything-but prefix")
     return None if prefixes is None else _anything_but_prefix(tuple(prefixes))
@@ -293,7 +391,7 @@ def _string_list(operand, path, problems, what):
         return None
     wrong = [value for value in operands if type(value) is not str]
     if wrong:
-        problems.add(path, f"{what} takes strings, not {show(wrong[0])}")
+        problems.add(path, f"{what} takes strings, not {given(wrong[0])}")
         return None
     return operands
 
@@ -306,7 +404,7 @@ def _operand_list(operand, path, problems, what):
     for index, value in enumerate(operands):
         if not isinstance(value, _SCALARS):
             where = join(path, index) if isinstance(operand, list) else path
-            problems.add(where, f"{what} takes plain values (strings, numbers, booleans, null), not {show(value)}")
+            problems.add(where, f"{what} takes plain values (strings, numbers, booleans, null), not {given(value)}")
             return None
     return operands
 
@@ -335,7 +433,7 @@ def _comparison_bound(value, path, problems):
         else:
             problems.add(path, f"{show(value)} is neither a number nor a now() expression such as now()-5m")
         return None
-    problems.add(path, f"takes a number or a now() expression, not {show(value)}")
+    problems.add(path, f"takes a number or a now() expression, not {given(value)}")
     return None
 
 

@@ -2,25 +2,30 @@
 
 ``parse_template(text, source)`` returns a Template or raises
 TemplateError listing every problem, each with the path of the field
-(``events[1].pattern.created_at.gt``), the offending value and the rule.
-Unknown keys in the template's own structure are errors, so a typo never
-silently does nothing; pattern field names are free. The YAML is read
-within limits of size, expanded nodes and depth (relay.functions.document),
-and a value is quoted in a message at about 100 characters at most.
+(``events[1].pattern.created_at.gt``), its line, the offending value and the
+rule. ``check_template`` does the same work without raising for problems:
+it also hands back the handler fields it could read, so that a check of the
+handler files can run beside the template's own problems
+(relay.functions.function). Unknown keys in the template's own structure
+are errors, so a typo never silently does nothing; pattern field names are
+free, and the ones that look like operators Relay does not have are warnings
+(relay.functions.patterns). The YAML is read within limits of size,
+expanded nodes and depth (relay.functions.document), and a value is shown
+in a message at about 100 characters at most.
 """
 
 import re
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import yaml
 
 from relay.durations import HOUR, MINUTE, SECOND, format_duration, parse_duration
-from relay.errors import DurationError
-from relay.functions.document import load_document
+from relay.errors import DurationError, InvalidTemplate
+from relay.functions.document import Locations, load_document
 from relay.functions.patterns import Pattern, compile_pattern
-from relay.functions.problems import Problems, join, reason, show
+from relay.functions.problems import Problem, Problems, given, join, reason, show
 from relay.names import env_name_problem, secret_name_problem
 
 RUNTIMES = ("python3.14", "node24")
@@ -148,6 +153,7 @@ class Template:
     warm: Warm | None = None    # None: one throw-away container per invocation
     rate_limit: RateLimit | None = None             # None: no fleet-wide rate limit
     concurrency_key: ConcurrencyKey | None = None   # None: events of one entity may run in parallel
+    warnings: tuple[Problem, ...] = field(default=(), repr=False)  # said when it loads; change nothing
 
     @property
     def running_limit(self):
@@ -155,13 +161,86 @@ class Template:
         return self.warm.containers if self.warm is not None else self.concurrency
 
 
+@dataclass(frozen=True)
+class HandlerField:
+    """A ``handler`` of the right form, wherever it is: what a check of the handler files needs."""
+
+    path: str        # events[0].handler, schedules[1].handler
+    handler: str     # events.created.handler
+    module: str      # events.created
+
+
+@dataclass(frozen=True)
+class CheckedTemplate:
+    """What ``check_template`` found: the Template (None when there is an error) and every problem."""
+
+    template: Template | None
+    problems: tuple[Problem, ...]       # errors and warnings, each with its line where known
+    runtime: str | None                 # the runtime, when it is one Relay has
+    handlers: tuple[HandlerField, ...]  # every handler of the right form, in entries with problems too
+    secrets: MappingProxyType           # variable -> secret name, every valid entry of secrets
+    locations: Locations | None
+
+    @property
+    def errors(self):
+        return [problem for problem in self.problems if problem.severity == "error"]
+
+    def line(self, path):
+        """The line *path* is written on (or its nearest ancestor), or None."""
+        return self.locations.line(path) if self.locations is not None else None
+
+
 def parse_template(text, source="template.yaml"):
     """Validate the YAML *text* of a template; *source* names it in errors."""
+    checked = check_template(text, source)
+    if checked.template is None:
+        raise InvalidTemplate(source, checked.errors)
+    return checked.template
+
+
+def check_template(text, source="template.yaml"):
+    """Every problem of the YAML *text* of a template, as a CheckedTemplate; *source* names it.
+
+    Raises only for text past a limit or not YAML at all (TemplateTooLarge,
+    InvalidTemplate): nothing more can be read from it.
+    """
     problems = Problems()
     document, root = load_document(text, source, problems)
+    locations = Locations(root)
+    template, secrets = None, {}
     if not isinstance(document, dict):
-        problems.add("", f"a template is a mapping with runtime and events or schedules, not {show(document)}")
-        problems.raise_if_any(source)
+        problems.add("", "is empty; a template is a mapping with runtime and events or schedules" if document is None
+                     else f"a template is a mapping with runtime and events or schedules, not {given(document)}")
+    else:
+        template, secrets = _template(document, root, problems)
+    problems.locate(locations)
+    if problems.errors:
+        template = None
+    elif problems.warnings:
+        template = replace(template, warnings=tuple(problems.warnings))
+    runtime = document.get("runtime") if isinstance(document, dict) else None
+    return CheckedTemplate(template=template, problems=tuple(problems.items),
+                           runtime=runtime if runtime in RUNTIMES else None,
+                           handlers=_handler_fields(document), secrets=MappingProxyType(secrets),
+                           locations=locations)
+
+
+def _handler_fields(document):
+    if not isinstance(document, dict):
+        return ()
+    found = []
+    for key in ("events", "schedules"):
+        for index, item in enumerate(_listed(document, key)):
+            value = item.get("handler") if isinstance(item, dict) else None
+            parts = _HANDLER.fullmatch(value) if isinstance(value, str) else None
+            if parts is not None:
+                found.append(HandlerField(path=join(join(key, index), "handler"), handler=value,
+                                          module=parts.group(1)))
+    return tuple(found)
+
+
+def _template(document, root, problems):
+    """(the Template of a mapping *document*, or None after an error; its valid secrets)."""
     _unknown_keys(document, _TOP_KEYS, "", problems, "a template")
 
     runtime = document.get("runtime")
@@ -188,10 +267,11 @@ def parse_template(text, source="template.yaml"):
     warm = _warm(document, concurrency, problems)
     rate_limit = _rate_limit(document, problems)
     concurrency_key = _concurrency_key(document, problems)
-    problems.raise_if_any(source)
+    if problems.errors:
+        return None, secrets
     return Template(runtime=runtime, concurrency=concurrency, rules=tuple(rules), schedules=tuple(schedules),
                     env=MappingProxyType(env), secrets=MappingProxyType(secrets), network=network, warm=warm,
-                    rate_limit=rate_limit, concurrency_key=concurrency_key)
+                    rate_limit=rate_limit, concurrency_key=concurrency_key), secrets
 
 
 def _numbered(rules):
@@ -221,13 +301,13 @@ def _entries(document, key, parse_one, problems):
     if items is None:
         return []
     if not isinstance(items, list):
-        problems.add(key, f"must be a list, not {show(items)}")
+        problems.add(key, f"must be a list, not {given(items)}")
         return []
     parsed = []
     for index, item in enumerate(items):
         path = join(key, index)
         if not isinstance(item, dict):
-            problems.add(path, f"must be a mapping, not {show(item)}")
+            problems.add(path, f"must be a mapping, not {given(item)}")
             continue
         entry = parse_one(item, path, problems)
         if entry is not None:
@@ -268,7 +348,7 @@ def _retry_backoff(item, path, problems):
         return None
     values, where = item["retry_backoff"], join(path, "retry_backoff")
     if not isinstance(values, list) or not values:
-        problems.add(where, f"must be a list of one or more durations such as [10s, 30s, 2m], not {show(values)}")
+        problems.add(where, f"must be a list of one or more durations such as [10s, 30s, 2m], not {given(values)}")
         return _INVALID
     delays = [_duration(dict(enumerate(values)), index, where, None, problems, maximum=MAX_RETRY_BACKOFF)
               for index in range(len(values))]
@@ -297,7 +377,7 @@ def _needs_max_event_age(mapping, path, has_max_event_age, problems):
 def _boolean(mapping, key, path, problems):
     value = mapping.get(key, False)
     if type(value) is not bool:
-        problems.add(join(path, key), f"{show(value)} must be true or false")
+        problems.add(join(path, key), f"must be true or false, not {given(value)}")
         return None
     return value
 
@@ -339,7 +419,7 @@ def _duration(item, key, path, default, problems, *, maximum):
     value = item[key]
     where = join(path, key)
     if not isinstance(value, str):
-        problems.add(where, f"{show(value)} is not a duration; write it as a Go duration such as 20s or 1m30s")
+        problems.add(where, f"must be a Go duration such as 20s or 1m30s, not {given(value)}")
         return None
     try:
         duration = parse_duration(value)
@@ -362,7 +442,7 @@ def _warm(document, concurrency, problems):
     value = document["warm"]
     if not isinstance(value, dict):
         problems.add("warm", f"must be a mapping with containers, max_invocations, idle or prestart, not "
-                             f"{show(value)}; leave warm out for a new container per invocation")
+                             f"{given(value)}; leave warm out for a new container per invocation")
         return None
     _unknown_keys(value, _WARM_KEYS, "warm", problems, "warm")
     containers = value.get("containers", concurrency)
@@ -373,7 +453,7 @@ def _warm(document, concurrency, problems):
     idle = _duration(value, "idle", "warm", DEFAULT_IDLE, problems, maximum=None)
     prestart = value.get("prestart", False)
     if type(prestart) is not bool:
-        problems.add("warm.prestart", f"{show(prestart)} must be true or false")
+        problems.add("warm.prestart", f"must be true or false, not {given(prestart)}")
         prestart = None
     if None in (containers, max_invocations, idle, prestart):
         return None
@@ -414,15 +494,16 @@ def _whole_number(mapping, key, path, default, minimum, problems):
     if key not in mapping:
         return default
     value = mapping[key]
-    if type(value) is not int or value < minimum:
+    if type(value) is not int:
+        problems.add(join(path, key), f"must be a whole number of {minimum} or more, not {given(value)}")
+        return None
+    if value < minimum:
         problems.add(join(path, key), f"{show(value)} must be a whole number of {minimum} or more")
         return None
     return value
 
 
 def _cron(item, path, problems):
-    from croniter import croniter
-
     value = item.get("cron")
     where = join(path, "cron")
     if value is None:
@@ -433,10 +514,44 @@ def _cron(item, path, problems):
         problems.add(where, f"{show(value)} is not a cron expression of 5 fields (minute hour day-of-month month "
                             f"day-of-week) or 6 (with seconds first)")
         return None
-    if not croniter.is_valid(value, second_at_beginning=len(fields) == 6):
-        problems.add(where, f"{show(value)} is not a valid cron expression")
+    problem = _cron_problem(fields)
+    if problem:
+        problems.add(where, f"{show(value)} is not a valid cron expression: {problem}")
         return None
     return value
+
+
+_CRON_FIELDS = ("minute", "hour", "day-of-month", "month", "day-of-week")
+
+
+def _cron_problem(fields):
+    """Why croniter refuses the cron expression split into *fields*, naming the field; None when it takes it.
+
+    Each field is tried alone, the others ``*``, so the message names the
+    first one croniter refuses and gives croniter's own reason.
+    """
+    from croniter import CroniterError, croniter
+
+    seconds = len(fields) == 6
+    names = ("second", *_CRON_FIELDS) if seconds else _CRON_FIELDS
+
+    def refusal(words):
+        try:
+            croniter(" ".join(words), second_at_beginning=seconds)
+        except (CroniterError, ValueError, KeyError, IndexError, TypeError) as error:
+            text = re.sub(r"\A\[[^\]]*\]\s*", "", str(error)).strip()
+            text = re.sub(r" in field [0-9]+", "", text)  # its own count from 0; the message names the field
+            return re.sub(r"'([^']*)'", r'"\1"', text) or "is refused"  # croniter's words, its quotes as ours
+        return None
+
+    whole = refusal(fields)
+    if whole is None:
+        return None
+    for index, name in enumerate(names):
+        alone = refusal(["*"] * index + [fields[index]] + ["*"] * (len(fields) - index - 1))
+        if alone is not None:
+            return f"the {name} field {show(fields[index])} {alone}"
+    return whole
 
 
 def _timezone(item, path, problems):
@@ -459,13 +574,14 @@ def _env(document, root, problems):
         return {}
     node = _child_node(root, "env")
     if not isinstance(node, yaml.MappingNode):
-        problems.add("env", f"must be a mapping of variable names to values, not {show(document['env'])}")
+        problems.add("env", f"must be a mapping of variable names to values, not {given(document['env'])}")
         return {}
     env = {}
     for key_node, value_node in node.value:
         name = key_node.value
         where = join("env", name)
-        problem = env_name_problem(name) if isinstance(key_node, yaml.ScalarNode) else "is not a variable name"
+        problem = env_name_problem(name, render=show) if isinstance(key_node, yaml.ScalarNode) \
+            else "is not a variable name"
         if problem:
             problems.add(where, problem)
         elif name in RESERVED_VARIABLES:
@@ -483,12 +599,12 @@ def _secrets(document, env, problems):
     if secrets is None:
         return {}
     if not isinstance(secrets, dict):
-        problems.add("secrets", f"must be a mapping of variable names to secret names, not {show(secrets)}")
+        problems.add("secrets", f"must be a mapping of variable names to secret names, not {given(secrets)}")
         return {}
     valid = {}
     for name, reference in secrets.items():
         where = join("secrets", name)
-        problem = env_name_problem(name) or secret_name_problem(reference)
+        problem = env_name_problem(name, render=show) or secret_name_problem(reference, render=show)
         if problem:
             problems.add(where, problem)
         elif name in RESERVED_VARIABLES:

@@ -9,6 +9,9 @@
                           went missing: then it is built again
     changed or new        load and validate, build, then swap it into the catalog
 
+A template's warnings (a pattern key that looks like an operator Relay does
+not have) are logged one line each when it loads, and change nothing.
+
 A failure (invalid template, failed build) leaves the active version, if
 any, serving and is recorded as the last reconcile; a failed build is tried
 again on the next change or periodic pass, the same invalid content only
@@ -46,6 +49,7 @@ from relay.gitsync.webhook_secret import webhook_secret_name
 from relay.live.catalog import ActiveFunction
 from relay.live.loading import function_names
 from relay.live.status import FunctionStatus, Outcome, now
+from relay.quoting import show
 
 log = logging.getLogger("relay.live.reconciler")
 
@@ -141,13 +145,13 @@ class Reconciler:
         if not directory.is_dir():
             self._remove(name)
             return
-        problem = function_name_problem(name)
+        problem = function_name_problem(name, render=show)
         if problem:
             self._note(name, "invalid", logging.ERROR, "Invalid function name; directory skipped",
                        path=str(directory), error=problem)
             return
         active = self.active(name)
-        if not (directory / TEMPLATE_FILE).is_file():
+        if not (directory / TEMPLATE_FILE).exists():  # a FIFO or socket is there: loading refuses it, unopened
             if active is not None:
                 self._note(name, "not ready", logging.INFO,
                            "Function directory has no template.yaml; the active version keeps serving", function=name)
@@ -186,6 +190,7 @@ class Reconciler:
                 self.catalog.remove(name)   # no longer waiting: its rules are unknown now
             self._fail(name, fingerprint, str(error), retry=False)
             return
+        _log_warnings(function)
         if name not in self.statuses:
             self._set(FunctionStatus(function, ready=False, updated_at=self.clock()))
         try:
@@ -275,6 +280,16 @@ class Reconciler:
         if self._noted.get(name) != condition:
             self._noted[name] = condition
             log.log(level, message, extra=attrs)
+
+
+def _log_warnings(function):
+    """One line for each warning of the template just loaded (what ``relay validate`` says of it too)."""
+    source = str(function.directory / TEMPLATE_FILE)
+    for warning in function.template.warnings:
+        attrs = {"function": function.name, "file": source, "line": warning.line, "field": warning.path,
+                 "warning": warning.message}
+        log.warning("Template warning; the function loads all the same",
+                    extra={key: value for key, value in attrs.items() if value not in (None, "")})
 
 
 def _reconcile_failed(name):

@@ -1,43 +1,51 @@
 """Checking a functions directory offline, as ``relay start`` would load it and more.
 
 ``validate(root)`` looks at every directory under *root* the way the
-reconciler does (its name, its template, links leading out of it), and then
-at what only a run would find: the handler modules exist as files where the
-bootstrap looks for them, and a dependency manifest has the files its
-installer needs. Secrets the local store lacks are warnings, not errors: a
-functions repository's CI has no store. Nothing is built or run, and
-neither Redis nor Docker is needed.
+reconciler does (its name, its template, links leading out of it, the files
+it names being regular files), and then at what only a run would find: the
+handler modules exist as files where the bootstrap looks for them, and a
+dependency manifest has the files its installer needs. Every problem of
+every function comes at once: a template's own errors do not hide its
+missing modules. Warnings change nothing: a secret the local store lacks (a
+functions repository's CI has no store), a pattern key that looks like an
+operator Relay does not have, a FIFO or socket that no image will hold.
+Nothing is built or run, and neither Redis nor Docker is needed.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
 from relay.errors import BuildError, InvalidTemplate, MissingTemplate, TemplateError
-from relay.functions import load_function
-from relay.functions.function import TEMPLATE_FILE
+from relay.functions.function import TEMPLATE_FILE, inspect_function
+from relay.functions.problems import ERROR, WARNING, Problem, show
+from relay.functions.regular import special_files
 from relay.live.loading import function_names
 from relay.names import function_name_problem
 
-ERROR, WARNING = "error", "warning"
+__all__ = ["ERROR", "WARNING", "Finding", "validate", "validate_function"]
 
 
 @dataclass(frozen=True)
 class Finding:
-    """One problem: where (function, file, field path) and what."""
+    """One problem: where (function, file, line, field path) and what."""
 
     function: str
     file: str
     field: str
     message: str
     severity: str = ERROR
+    line: int | None = None
 
     def as_dict(self) -> dict:
-        return asdict(self)
+        """The JSON form; ``field`` and ``path`` are the same field path (``field`` kept for older scripts)."""
+        return {"function": self.function, "file": self.file, "line": self.line, "path": self.field,
+                "field": self.field, "severity": self.severity, "message": self.message}
 
     def __str__(self) -> str:
-        where = f"{self.file}: {self.field}" if self.field else self.file
+        where = self.file if self.line is None else f"{self.file}:{self.line}"
+        where = f"{where}: {self.field}" if self.field else where
         return f"{where}: {self.message}" if self.severity == ERROR else f"{where}: warning: {self.message}"
 
 
@@ -58,55 +66,82 @@ def validate(root, secret_names=None, webhook_secret=None) -> tuple[int, list[Fi
 
 def validate_function(directory: Path, secret_names=None, webhook_secret=None) -> list[Finding]:
     name = directory.name
-    problem = function_name_problem(name)
+    problem = function_name_problem(name, render=show)
     if problem:
         return [Finding(name, str(directory), "", f"{problem}; Relay skips this directory")]
     template_path = str(directory / TEMPLATE_FILE)
     try:
-        function = load_function(directory, webhook_secret)
+        inspection = inspect_function(directory, webhook_secret)
     except MissingTemplate:
         return [Finding(name, template_path, "", f"does not exist; Relay ignores {directory} until it does",
                         WARNING)]
     except InvalidTemplate as error:
-        return [Finding(name, error.source, path, message) for path, message in error.problems]
+        return [_finding(name, error.source, problem) for problem in error.problems]
     except TemplateError as error:
         return [Finding(name, template_path, "", str(error))]
-    return [*_handler_files(function, template_path), *_manifests(function),
-            *_secrets(function, template_path, secret_names)]
+    checked = inspection.checked
+    findings = [_finding(name, template_path, problem) for problem in inspection.problems]
+    if checked.runtime is not None:
+        findings += _handler_files(directory, checked, template_path, inspection.refused_files)
+        findings += _manifests(directory, checked.runtime, inspection.refused_files)
+    findings += _left_out(directory, inspection.refused_files)
+    findings += _secrets(name, checked, template_path, secret_names)
+    return sorted(findings, key=lambda finding: (finding.file != template_path, finding.file, finding.line or 0))
 
 
-def _handler_files(function, template_path):
-    from relay.runtime.registry import runtime_for
+def _finding(function, source, problem: Problem) -> Finding:
+    return Finding(function, problem.file or source, problem.path, problem.message, problem.severity,
+                   None if problem.file else problem.line)
 
-    runtime = runtime_for(function.template.runtime)
-    entries = [(f"events[{index}].handler", rule) for index, rule in enumerate(function.template.rules)]
-    entries += [(f"schedules[{index}].handler", item) for index, item in enumerate(function.template.schedules)]
+
+def _handler_files(directory, checked, template_path, refused):
+    """A handler whose module is no regular file where the bootstrap looks (unless already refused as one)."""
+    from relay.runtime.registry import RUNTIMES
+
+    runtime = RUNTIMES[checked.runtime]
     found = []
-    for field, entry in entries:
-        candidates = runtime.module_paths(entry.module)
-        if not any((function.directory / candidate).is_file() for candidate in candidates):
-            found.append(Finding(function.name, template_path, field,
-                                 f"{entry.handler}: no module {entry.module}: none of "
-                                 f"{', '.join(candidates)} exists in {function.directory}"))
+    for handler in checked.handlers:
+        candidates = runtime.module_paths(handler.module)
+        if refused.intersection(candidates) or any((directory / candidate).is_file() for candidate in candidates):
+            continue
+        found.append(Finding(directory.name, template_path, handler.path,
+                             f"{handler.handler}: no module {handler.module}: none of {', '.join(candidates)} "
+                             f"exists in {directory}", line=checked.line(handler.path)))
     return found
 
 
-def _manifests(function):
+def _manifests(directory, runtime_name, refused):
+    """The installer's missing companions (a package-lock.json without its package.json)."""
     from relay.runtime.recipes import dependency_recipe
-    from relay.runtime.registry import runtime_for
+    from relay.runtime.registry import RUNTIMES
 
+    runtime = RUNTIMES[runtime_name]
+    if refused.intersection(name for installer in runtime.installers for name in installer.manifests):
+        return []  # already refused as not regular files
     try:
-        dependency_recipe(function.directory, runtime_for(function.template.runtime), "any")
+        dependency_recipe(directory, runtime, "any")
     except BuildError as error:
-        return [Finding(function.name, str(function.directory), "", str(error))]
+        return [Finding(directory.name, str(directory), "", str(error))]
     return []
 
 
-def _secrets(function, template_path, secret_names):
+def _left_out(directory, refused):
+    """FIFOs, sockets and devices Relay does not refuse: they never reach the image."""
+    try:
+        found = special_files(directory)
+    except OSError:
+        return []
+    return [Finding(directory.name, str(directory / relative), "",
+                    f"is {kind}, not a regular file; Relay leaves it out of the image", WARNING)
+            for relative, kind in found if relative not in refused]
+
+
+def _secrets(name, checked, template_path, secret_names):
     if secret_names is None:
         return []
-    return [Finding(function.name, template_path, f"secrets.{variable}",
-                    f"secret {reference!r} is not in the local store; set it with 'relay secret set {reference}' "
-                    f"on every host that runs Relay", WARNING)
-            for variable, reference in sorted(function.template.secrets.items())
+    return [Finding(name, template_path, f"secrets.{variable}",
+                    f"secret {show(reference)} is not in the local store; set it with "
+                    f"'relay secret set {reference}' on every host that runs Relay", WARNING,
+                    checked.line(f"secrets.{variable}"))
+            for variable, reference in sorted(checked.secrets.items())
             if reference not in secret_names]

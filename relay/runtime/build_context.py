@@ -6,7 +6,9 @@ function directory, except its top-level template.yaml (env values stay out
 of images; the file still counts in the fingerprint). Symbolic links are
 never followed: a link whose real path stays inside the function directory
 is archived as a link, any other is left out with a warning (the loader has
-already refused such a function; this is the backstop). Modes are
+already refused such a function; this is the backstop). A FIFO, socket or
+device is never opened: it is left out with a warning (the loader refuses
+one where Relay reads a file: the template, a handler module, a manifest). Modes are
 normalised (0644, or 0755 when executable) and owners are root, so the
 non-root execution user can read everything and change nothing.
 
@@ -26,6 +28,7 @@ from pathlib import Path
 
 from relay.errors import BuildError
 from relay.functions.function import TEMPLATE_FILE
+from relay.functions.regular import kind_of
 from relay.links import leads_outside
 
 log = logging.getLogger("relay.runtime.build")
@@ -84,6 +87,10 @@ def _add_source(archive, root, function_name):
                     _add_link(archive, root, path, member, function_name)
                 elif stat.S_ISREG(info.st_mode):
                     archive.add_file(member, path, info)
+                else:  # never opened: a FIFO would wait for a writer
+                    log.warning("File is not a regular file; it is left out of the image",
+                                extra={"function": function_name, "path": path.relative_to(root).as_posix(),
+                                       "kind": kind_of(info.st_mode)})
             except OSError as error:
                 raise BuildError(f"cannot read {path}: {error.strerror or error}") from None
 
