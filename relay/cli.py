@@ -163,14 +163,18 @@ Usage:
 
 Options:
   --json   One JSON document: the directory, the number of functions, whether
-           all are valid, and every finding with its function, file, field and
-           severity.
+           all are valid, and every finding with its function, file, line,
+           field path and severity.
 
 <dir> defaults to /functions. Every function directory is loaded as Relay
 loads it (name, template, links), and its handler modules and dependency
-manifests are checked; a secret the local store lacks is a warning. Prints
-every problem with its file and field, then a summary. Exits 0 when there
-is no error, 1 otherwise.
+manifests are checked, all of them even when the template has errors.
+Files Relay reads must be regular files: a FIFO, socket or device is an
+error, never opened. A secret the local store lacks, and a pattern key
+that looks like an operator Relay does not have (EventBridge's "numeric",
+a misspelt "prefix"), are warnings. Prints every problem as
+file:line: field: message, then a summary. Exits 0 when there is no
+error, 1 otherwise.
 """,
     "match": """\
 Show which handlers an event would run, in order, without Redis or Docker.
