@@ -9,7 +9,7 @@ rounds so drift on the machine hits both alike. The bare loop is the least a
 correct AutoRemove execution needs: create, attach, a wait registered before
 start, start, the event on stdin, drain the output, read the exit code. The
 executor adds the rest: labels and env, the hardened host config, output
-forwarding, deadlines, error handling, leases and logging.
+forwarding, deadlines, error handling, pins and logging.
 
 Warm (issue #19): the executor with ``warm:`` (as many containers as the
 concurrency), against a bare warm loop: the same image running a minimal
@@ -65,7 +65,7 @@ from relay.runtime.containers import USER, host_config  # noqa: E402
 from relay.runtime.executor import Executor  # noqa: E402
 from relay.runtime.images import ImageBuilder  # noqa: E402
 from relay.runtime.invocation import Invocation  # noqa: E402
-from relay.runtime.leases import ImageLeases  # noqa: E402
+from relay.runtime.pins import ImagePins  # noqa: E402
 from relay.runtime.registry import runtime_for  # noqa: E402
 from relay.runtime.warm import MARKER, WarmContainer, request  # noqa: E402
 
@@ -297,7 +297,7 @@ def main():
     # A created, never started container keeps the image from being garbage
     # collected by another Relay on this engine while the benchmark runs.
     pin = client.api.create_container(image, command=["true"], labels={"relay.bench.pin": "1"})["Id"]
-    executor = Executor(client, hostname, io.StringIO(), leases=ImageLeases(), warm_capacity=4)
+    executor = Executor(client, hostname, io.StringIO(), pins=ImagePins(), warm_capacity=4)
     bare_warm = BareWarm(client, image, 4)
     floor = ProtocolFloor(client, image, 4, f"{hostname}-floor")
     runners = {"relay": relay_runner(executor, image), "bare": bare_runner(client, image),

@@ -40,9 +40,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import report
 
 from relay.durations import parse_duration
-from relay.functions import Function, compile_pattern, parse_template
+from relay.functions import ActiveFunction, Function, compile_pattern, parse_template
 from relay.functions.rules import Rules
-from relay.live.catalog import ActiveFunction
 
 TABLES = ["users", "orders", "payments", "invoices", "shipments", "carts", "reviews", "coupons", "refunds", "tickets"]
 OPERATORS = {"equals", "prefix", "suffix", "exists", "gt", "gte", "lt", "lte", "anything-but", "equals-ignore-case",

@@ -55,7 +55,7 @@ from _redis import start_redis  # noqa: E402
 from relay.functions import load_function  # noqa: E402
 from relay.live.catalog import Catalog  # noqa: E402
 from relay.metrics.prometheus import Metrics  # noqa: E402
-from relay.runtime.leases import ImageLeases  # noqa: E402
+from relay.runtime.pins import ImagePins  # noqa: E402
 from relay.stream.group import ensure_group  # noqa: E402
 from relay.stream.keys import StreamAddress  # noqa: E402
 from relay.wiring import build_engine  # noqa: E402
@@ -128,7 +128,7 @@ def relay_reader(client):
     """Relay's read loop over the same entries (Consumer.read_once, which pipelines each
     batch's XACK ahead of the next read), with the example functions loaded. Returns
     read(count) -> seconds, and checks that every entry it read was acknowledged."""
-    from relay.live.catalog import ActiveFunction
+    from relay.functions import ActiveFunction
 
     metrics = Metrics()
     catalog = Catalog()
@@ -137,7 +137,7 @@ def relay_reader(client):
     ensure_group(client, STREAM, "relay")
     # No entry here matches: the dispatcher and its executor are never called.
     consumer = build_engine(client, StreamAddress(STREAM, "relay", "bench"), catalog=catalog, executor=None,
-                            environment=None, leases=ImageLeases(), metrics=metrics, max_concurrency=CONCURRENCY,
+                            environment=None, pins=ImagePins(), metrics=metrics, max_concurrency=CONCURRENCY,
                             max_buffered_events=BATCH, block_ms=1000).consumer
     total = [0]
 
@@ -196,7 +196,7 @@ def matched_loop(client, docker_client, image, count, concurrency, warm=None, ex
     import io
     from dataclasses import replace
 
-    from relay.live.catalog import ActiveFunction
+    from relay.functions import ActiveFunction
     from relay.runtime.executor import Executor
 
     function = load_function(Path(image.directory))
@@ -211,7 +211,7 @@ def matched_loop(client, docker_client, image, count, concurrency, warm=None, ex
     ensure_group(client, STREAM, "matched")
     consumer = build_engine(client, StreamAddress(STREAM, "matched", "bench"), catalog=catalog,
                             executor=executor,
-                            environment=lambda fn: dict(fn.template.env), leases=ImageLeases(), metrics=metrics,
+                            environment=lambda fn: dict(fn.template.env), pins=ImagePins(), metrics=metrics,
                             max_concurrency=concurrency, max_buffered_events=BATCH, block_ms=200).consumer
     began = time.perf_counter()
     reader = gevent.spawn(consumer.read_loop)

@@ -138,7 +138,7 @@ class Supervisor:
         from relay.live.catalog import Catalog
         from relay.metrics.prometheus import Metrics
         from relay.runtime.executor import Executor
-        from relay.runtime.leases import ImageLeases
+        from relay.runtime.pins import ImagePins
         from relay.runtime.sweep import Leftovers, sweep_orphans
         from relay.secrets.store import environment
         from relay.stream.group import ensure_group
@@ -150,10 +150,10 @@ class Supervisor:
         leftovers = Leftovers(self.docker)
         self._spawn_services([leftovers])
         self.catalog = Catalog()
-        self.leases = ImageLeases()
+        self.pins = ImagePins()
         self.secrets = secrets = secret_store(self.secrets_dir) if self.secrets_dir else secret_store()
         self.executor = executor = Executor(
-            self.docker, config.consumer, leases=self.leases, leftovers=leftovers,
+            self.docker, config.consumer, pins=self.pins, leftovers=leftovers,
             warm_capacity=config.max_concurrency, functions=self.catalog.snapshot,
             environment=lambda function: environment(function, secrets),
             on_warm_count=lambda function, count: metrics.warm_containers.labels(function).set(count),
@@ -165,7 +165,7 @@ class Supervisor:
         ensure_group(client, config.stream, config.group)
         engine = build_engine(
             client, self.address, catalog=self.catalog, executor=executor,
-            environment=lambda function: environment(function, secrets), leases=self.leases, metrics=metrics,
+            environment=lambda function: environment(function, secrets), pins=self.pins, metrics=metrics,
             max_concurrency=config.max_concurrency, max_buffered_events=config.max_buffered_events,
             max_event_bytes=config.max_event_bytes,
             reclaim_interval=self.timing.reclaim_interval, min_idle=self.timing.min_idle)
@@ -201,7 +201,7 @@ class Supervisor:
         self.reconciler = Reconciler(
             self.functions_dir, builder, self.catalog,
             retire=lambda tag: (self.executor.warm.retire_image(tag),
-                                retire_image(docker, tag, self.leases, active_images)),
+                                retire_image(docker, tag, self.pins, active_images)),
             on_change=self._functions_changed,
             offload=in_thread,
             webhook_secret=self.secrets.webhook_secret,
@@ -213,7 +213,7 @@ class Supervisor:
         found = self.reconciler.load_all()
         log.info("Loaded functions", extra={"ready": len(self.catalog.snapshot()), "found": found})
         # Old versions of what is loaded now, and images of functions removed while Relay was down.
-        collect_garbage(docker, active_images, self.leases,
+        collect_garbage(docker, active_images, self.pins,
                         functions={*active_images, *self.reconciler.statuses, *known_before})
         self._spawn_services([self.reconciler])
 

@@ -1,7 +1,7 @@
 """The engine's parts put together, once: the supervisor, the tests and bench/ all build it here.
 
 The caller brings what differs between them (the executor, the secrets
-behind ``environment``, the image leases, the clock and the intervals, any
+behind ``environment``, the image pins, the clock and the intervals, any
 observer besides Prometheus); the invocation store, the Settler, the slots,
 the fleet-wide limits, the buffer, the dispatcher and the consumer are
 always joined the same way.
@@ -50,7 +50,7 @@ class Engine:
 
 
 def build_engine(client: redis.Redis, address: StreamAddress, *, catalog: seams.RuleSource,
-                 executor: seams.Executor, environment: seams.Environment, leases: seams.Leases,
+                 executor: seams.Executor, environment: seams.Environment, pins: seams.Pins,
                  metrics: Metrics, observers: Sequence[seams.Observer] = (), max_concurrency: int,
                  max_buffered_events: int, max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
                  clock: seams.Clock = time.time_ns, slot_wait: float = SLOT_WAIT, block_ms: int = READ_BLOCK_MS,
@@ -69,7 +69,7 @@ def build_engine(client: redis.Redis, address: StreamAddress, *, catalog: seams.
     if limits is None:
         limits = FleetLimits(client, address)
     dispatcher = Dispatcher(stream=address.stream, store=store, settler=settler, executor=executor, slots=slots,
-                            observer=observer, environment=environment, leases=leases, limits=limits,
+                            observer=observer, environment=environment, pins=pins, limits=limits,
                             provenance=Provenance(client), clock=clock, slot_wait=slot_wait)
     consumer = Consumer(client=client, address=address, catalog=catalog, dispatcher=dispatcher, settler=settler,
                         buffer=buffer, observer=observer, block_ms=block_ms, reclaim_interval=reclaim_interval,

@@ -17,9 +17,9 @@ import gevent
 import pytest
 
 from relay.durations import MINUTE, SECOND
-from relay.functions import parse_template
+from relay.functions import ActiveFunction, parse_template
 from relay.functions.function import Function
-from relay.live.catalog import ActiveFunction, Catalog
+from relay.live.catalog import Catalog
 from relay.metrics.prometheus import Metrics
 from relay.stream import markers
 from relay.stream.deadletters import DeadLetters
@@ -59,9 +59,9 @@ class ScriptedExecutor:
         return queue.pop(0) if queue else Result(ok=True)
 
 
-class NoLeases:
+class NoPins:
     @contextmanager
-    def lease(self, image):
+    def holding(self, image):
         yield
 
 
@@ -113,7 +113,7 @@ class Engine:
         self.catalog = Catalog(functions)
         ensure_group(client, STREAM, GROUP)
         wired = build_engine(client, address, catalog=self.catalog, executor=self.executor,
-                             environment=env or (lambda fn: dict(fn.template.env)), leases=NoLeases(),
+                             environment=env or (lambda fn: dict(fn.template.env)), pins=NoPins(),
                              metrics=self.metrics, observers=observers, max_concurrency=max_concurrency,
                              max_buffered_events=buffered,
                              clock=self.clock, slot_wait=slot_wait, block_ms=10, min_idle=0,
@@ -429,7 +429,7 @@ def test_an_unreachable_engine_keeps_a_retry_backoff_in_place(engine):
 def test_an_entry_waits_for_a_matching_function_whose_first_build_failed(redis_client):
     """Acknowledging it without that function would lose its work for good."""
     engine = Engine(redis_client, [AUDIT])
-    engine.catalog.hold(ORDERS.function)
+    engine.catalog.mark_waiting(ORDERS.function)
     waiting = engine.publish({"kind": "order"})
     engine.publish({"kind": "refund"})          # matches only the built function
     engine.read()
@@ -500,17 +500,17 @@ def test_backlog_gauges_from_xpending(engine):
 
 
 def test_images_are_leased_for_the_whole_dispatch(redis_client):
-    from relay.runtime.leases import ImageLeases
+    from relay.runtime.pins import ImagePins
 
     engine = Engine(redis_client, [ORDERS, AUDIT])
-    engine.dispatcher.leases = leases = ImageLeases()
+    engine.dispatcher.pins = pins = ImagePins()
     seen = []
     run = engine.executor.run
-    engine.executor.run = lambda invocation: (seen.append(sorted(leases.leased())), run(invocation))[1]
+    engine.executor.run = lambda invocation: (seen.append(sorted(pins.pinned())), run(invocation))[1]
     engine.publish({"kind": "order"})
     engine.read()
     assert seen == [sorted({AUDIT.image, ORDERS.image})] * 3
-    assert not leases.leased()
+    assert not pins.pinned()
 
 
 def test_an_extra_observer_sees_the_domain_events(redis_client):

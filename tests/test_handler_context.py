@@ -12,9 +12,9 @@ from datetime import UTC, datetime
 import pytest
 
 from relay.durations import MINUTE, SECOND
-from relay.functions import parse_template
+from relay.functions import ActiveFunction, parse_template
 from relay.functions.template import Warm
-from relay.live.catalog import ActiveFunction, Catalog
+from relay.live.catalog import Catalog
 from relay.metrics.prometheus import Metrics
 from relay.runtime.executor import Executor
 from relay.runtime.invocation import Invocation
@@ -100,9 +100,9 @@ def test_each_variable_cold_and_warm_and_no_leftover_between_warm_invocations(do
 
 # --- the stream engine ---
 
-class NoLeases:
+class NoPins:
     @contextmanager
-    def lease(self, image):
+    def holding(self, image):
         yield
 
 
@@ -143,7 +143,7 @@ def test_retries_redeliveries_redrives_and_schedules_through_the_stream_engine(d
     ensure_group(redis_client, STREAM, GROUP)
     with executor_on(docker_engine) as (executor, output):
         wired = build_engine(redis_client, StreamAddress(STREAM, GROUP, "worker-1"), catalog=Catalog([active]),
-                             executor=executor, environment=lambda function: {}, leases=NoLeases(),
+                             executor=executor, environment=lambda function: {}, pins=NoPins(),
                              metrics=metrics, max_concurrency=2, max_buffered_events=8, clock=clock,
                              slot_wait=0.05, block_ms=10, min_idle=0)
         consumer = wired.consumer

@@ -87,7 +87,7 @@ def test_a_deep_event_that_matches_nothing_is_acknowledged_like_any_other(engine
 
 def test_a_deep_event_is_not_handed_to_a_function_still_building(redis_client):
     engine = Engine(redis_client, [])
-    engine.catalog.hold(ORDERS.function)        # matches, but has no image yet: no targets
+    engine.catalog.mark_waiting(ORDERS.function)        # matches, but has no image yet: no targets
     engine.publish(nested(MAX_EVENT_DEPTH + 1))
     engine.read()
     assert [entry["reason"] for entry in engine.dlq()] == [TOO_DEEP] and engine.pending() == 0

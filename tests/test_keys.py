@@ -37,10 +37,9 @@ def test_a_stream_address_is_one_immutable_value():
 
 
 def _targets(template_text, name="orders"):
-    from relay.functions import parse_template
+    from relay.functions import ActiveFunction, parse_template
     from relay.functions.function import Function
     from relay.functions.rules import Target
-    from relay.live.catalog import ActiveFunction
 
     template = parse_template(template_text, f"{name}/template.yaml")
     active = ActiveFunction(Function(name=name, directory=None, template=template, fingerprint="0" * 64), image="")

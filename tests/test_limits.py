@@ -27,7 +27,7 @@ from relay.stream.limits import (
     DIGEST_LENGTH,
     Blocked,
     FleetLimits,
-    Leases,
+    KeyLeases,
     Limit,
     Passage,
     RateLimiter,
@@ -198,7 +198,7 @@ def test_a_release_never_removes_another_holders_lease(redis_client):
     limits = FleetLimits(redis_client, ADDRESS, lease_margin=60 * SECOND)
     held = limits.enter("keyed", KEYED, {"id": "x"}, 0)
     redis_client.set(lease_key("x"), "worker-b/other")       # lost (expired) and taken meanwhile
-    assert not Leases(redis_client, "worker-a").renew(lease_key("x"), held.lease.token, 1000)
+    assert not KeyLeases(redis_client, "worker-a").renew(lease_key("x"), held.lease.token, 1000)
     limits.leave(held)
     assert redis_client.get(lease_key("x")) == b"worker-b/other"
 
@@ -248,7 +248,7 @@ def test_redis_unreachable_lets_invocations_run_and_warns_once_per_outage(redis_
         for _ in range(3):
             passage = limits.enter("keyed", RATED_AND_KEYED, {"id": "a"}, SECOND)
             assert isinstance(passage, Passage) and passage.lease is None
-        limits.rates, limits.leases = RateLimiter(redis_client), Leases(redis_client, "worker-a")
+        limits.rates, limits.leases = RateLimiter(redis_client), KeyLeases(redis_client, "worker-a")
         back = limits.enter("keyed", RATED_AND_KEYED, {"id": "a"}, SECOND)
         assert isinstance(back, Passage) and back.lease is not None
         limits.rates = RateLimiter(down)

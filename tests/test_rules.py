@@ -5,11 +5,11 @@ from types import MappingProxyType
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from relay.functions import compile_pattern
+from relay.functions import ActiveFunction, compile_pattern
 from relay.functions.function import Function
 from relay.functions.rules import Rules
 from relay.functions.template import Rule, Template
-from relay.live.catalog import ActiveFunction, Catalog
+from relay.live.catalog import Catalog
 
 TABLES = ["users", "orders", "payments", "invoices", "refunds"]
 

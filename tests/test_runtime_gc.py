@@ -1,4 +1,4 @@
-"""Garbage collection of old function images, with leases protecting in-flight invocations."""
+"""Garbage collection of old function images, with pins protecting in-flight invocations."""
 
 import io
 import logging
@@ -15,7 +15,7 @@ from relay.runtime.executor import Executor
 from relay.runtime.image_gc import collect_garbage, retire_image
 from relay.runtime.images import ImageBuilder
 from relay.runtime.invocation import Invocation
-from relay.runtime.leases import ImageLeases
+from relay.runtime.pins import ImagePins
 from tests.support.runtime import (
     Pins,
     containers_of,
@@ -64,53 +64,53 @@ class FakeClient:
 
 def test_removes_the_old_versions_of_loaded_functions_only():
     api = FakeAPI([A1, A2, A3, B1, *FOREIGN])
-    removed = collect_garbage(FakeClient(api), {"a": A3}, ImageLeases())
+    removed = collect_garbage(FakeClient(api), {"a": A3}, ImagePins())
     assert sorted(removed) == [A1, A2]
     assert sorted(api.tags) == sorted([A3, B1, *FOREIGN])  # b may be another Relay's function
 
 
 def test_a_removed_function_is_collected_when_named():
     api = FakeAPI([A1, A3, B1])
-    assert collect_garbage(FakeClient(api), {"a": A3}, ImageLeases(), functions=["b"]) == [B1]
+    assert collect_garbage(FakeClient(api), {"a": A3}, ImagePins(), functions=["b"]) == [B1]
     assert sorted(api.tags) == [A1, A3]
-    assert sorted(collect_garbage(FakeClient(api), {}, ImageLeases(), functions=["a", "b"])) == [A1, A3]
+    assert sorted(collect_garbage(FakeClient(api), {}, ImagePins(), functions=["a", "b"])) == [A1, A3]
 
 
-def test_a_leased_tag_waits_for_its_last_release():
-    api, leases = FakeAPI([A1, A2]), ImageLeases()
-    leases.acquire(A1)
-    assert collect_garbage(FakeClient(api), {"a": A2}, leases) == []
+def test_a_pinned_tag_waits_for_its_last_unpin():
+    api, image_pins = FakeAPI([A1, A2]), ImagePins()
+    image_pins.pin(A1)
+    assert collect_garbage(FakeClient(api), {"a": A2}, image_pins) == []
     assert A1 in api.tags
-    leases.release(A1)
+    image_pins.unpin(A1)
     assert api.removed == [A1]
 
 
-def test_a_leased_tag_that_became_active_again_is_kept():
-    api, leases = FakeAPI([A1, A2]), ImageLeases()
+def test_a_pinned_tag_that_became_active_again_is_kept():
+    api, image_pins = FakeAPI([A1, A2]), ImagePins()
     active = {"a": A2}
-    leases.acquire(A1)
-    collect_garbage(FakeClient(api), active, leases)
+    image_pins.pin(A1)
+    collect_garbage(FakeClient(api), active, image_pins)
     active["a"] = A1  # the function was reverted to the old source while A1 was still running
-    leases.release(A1)
+    image_pins.unpin(A1)
     assert api.removed == []
 
 
 def test_an_image_a_container_still_uses_is_kept(caplog):
     api = FakeAPI([A1, A2], refuse=[A1])
     with caplog.at_level(logging.INFO, logger="relay.runtime"):
-        assert collect_garbage(FakeClient(api), {"a": A2}, ImageLeases()) == []
+        assert collect_garbage(FakeClient(api), {"a": A2}, ImagePins()) == []
     assert A1 in api.tags and "Old function image kept" in caplog.text
 
 
 def test_retire_image():
-    api, leases = FakeAPI([A1, A2]), ImageLeases()
-    assert retire_image(FakeClient(api), A1, leases, {"a": A2}) is True
+    api, image_pins = FakeAPI([A1, A2]), ImagePins()
+    assert retire_image(FakeClient(api), A1, image_pins, {"a": A2}) is True
     assert api.removed == [A1]
-    leases.acquire(A2)
-    assert retire_image(FakeClient(api), A2, leases, {}) is False
-    leases.release(A2)
+    image_pins.pin(A2)
+    assert retire_image(FakeClient(api), A2, image_pins, {}) is False
+    image_pins.unpin(A2)
     assert api.removed == [A1, A2]
-    assert retire_image(FakeClient(api), "python:3.14-slim", leases, {}) is False
+    assert retire_image(FakeClient(api), "python:3.14-slim", image_pins, {}) is False
 
 
 @pytest.fixture
@@ -139,8 +139,8 @@ def test_gc_never_removes_an_image_an_in_flight_invocation_uses(docker_engine, v
     monkeypatch.setattr(docker_engine.api, "remove_image",
                         lambda tag, **options: (attempts.append(tag), remove_image(tag, **options))[1])
     hostname = f"rt-gc-{token()}"
-    leases = ImageLeases()
-    executor = Executor(docker_engine, hostname, leases=leases)
+    image_pins = ImagePins()
+    executor = Executor(docker_engine, hostname, pins=image_pins)
     result = {}
     worker = threading.Thread(target=lambda: result.update(outcome=executor.run(Invocation(
         function=name, handler="handler.handler", image=old, payload=b'{"s": 3}', timeout=30 * SECOND, env={}))))
@@ -148,9 +148,9 @@ def test_gc_never_removes_an_image_an_in_flight_invocation_uses(docker_engine, v
     try:
         assert wait_until(lambda: [c for c in containers_of(docker_engine, hostname) if c["State"] == "running"],
                           timeout=15), result
-        pins.release(old)  # from here on only the lease (and the engine's own check) protect it
-        assert leases.in_use(old)
-        assert collect_garbage(docker_engine, {name: new}, leases, functions=[name]) == []
+        pins.release(old)  # from here on only the pin (and the engine's own check) protect it
+        assert image_pins.in_use(old)
+        assert collect_garbage(docker_engine, {name: new}, image_pins, functions=[name]) == []
         time.sleep(0.5)
         assert attempts == [], "garbage collection tried to remove an image in use"
         assert image_exists(docker_engine, old)
@@ -165,7 +165,7 @@ def test_gc_never_removes_an_image_an_in_flight_invocation_uses(docker_engine, v
 def test_gc_at_startup_removes_a_removed_functions_images(docker_engine, versions):
     name, old, new, pins = versions
     pins.release()
-    removed = collect_garbage(docker_engine, {}, ImageLeases(), functions=[name])
+    removed = collect_garbage(docker_engine, {}, ImagePins(), functions=[name])
     assert set(removed) <= {old, new}  # a concurrent Relay on this engine may have removed some first
     assert function_tags(docker_engine, name) == []
     assert image_exists(docker_engine, "python:3.14-slim")
@@ -190,7 +190,7 @@ def test_untagged_images_of_collected_functions_are_removed(docker_engine):
         built.append(docker_engine.api.inspect_image(tag)["Id"])
         docker_engine.api.tag("python:3.14-slim", *tag.split(":"))  # the build loses its tag
     try:
-        collect_garbage(docker_engine, {name: f"relay-fn-{name}:{'0' * 15}0"}, ImageLeases())
+        collect_garbage(docker_engine, {name: f"relay-fn-{name}:{'0' * 15}0"}, ImagePins())
         assert not image_exists(docker_engine, built[0])  # untagged, of a function in the pass
         assert image_exists(docker_engine, built[1])  # untagged, of a function the pass is not about
     finally:
@@ -216,5 +216,5 @@ def test_an_untagged_image_that_gained_a_tag_since_it_was_listed_is_kept():
             self.removed.append(image_id)
 
     api = API()
-    collect_garbage(FakeClient(api), {"a": A1}, ImageLeases())
+    collect_garbage(FakeClient(api), {"a": A1}, ImagePins())
     assert api.removed == ["sha256:" + "b" * 64]

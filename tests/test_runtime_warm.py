@@ -11,12 +11,12 @@ from pathlib import Path
 import pytest
 
 from relay.durations import SECOND
+from relay.functions import ActiveFunction
 from relay.functions.template import Warm
-from relay.live.catalog import ActiveFunction
 from relay.runtime.containers import MEMORY_BYTES, PIDS_LIMIT
 from relay.runtime.executor import Executor
 from relay.runtime.invocation import Invocation
-from relay.runtime.leases import ImageLeases
+from relay.runtime.pins import ImagePins
 from tests.support.runtime import (
     built_fixtures,
     clean_hostname,
@@ -48,13 +48,13 @@ def output():
 
 
 @pytest.fixture
-def leases():
-    return ImageLeases()
+def pins():
+    return ImagePins()
 
 
 @pytest.fixture
-def executor(docker_engine, hostname, output, leases):
-    executor = Executor(docker_engine, hostname, output, leases=leases, warm_capacity=4)
+def executor(docker_engine, hostname, output, pins):
+    executor = Executor(docker_engine, hostname, output, pins=pins, warm_capacity=4)
     yield executor
     executor.warm.close()
 
@@ -251,13 +251,13 @@ def test_a_container_is_replaced_after_max_invocations(executor, images, output,
     assert firsts == ["count 1", "count 2", "count 1"]
 
 
-def test_an_idle_container_is_stopped(executor, images, docker_engine, hostname, leases):
+def test_an_idle_container_is_stopped(executor, images, docker_engine, hostname, pins):
     function, tag = images["rt-warm-python"]
     assert run(executor, images, "rt-warm-python", "warm.counter", warm=replace(WARM, idle=1)).ok
-    assert len(warm_containers(docker_engine, hostname)) == 1 and leases.in_use(tag)
+    assert len(warm_containers(docker_engine, hostname)) == 1 and pins.in_use(tag)
     executor.warm.stop_idle()
     assert wait_until(lambda: not warm_containers(docker_engine, hostname), timeout=10)
-    assert executor.warm.containers() == {} and not leases.in_use(tag)
+    assert executor.warm.containers() == {} and not pins.in_use(tag)
 
 
 def test_idle_containers_within_their_idle_time_stay(executor, images, docker_engine, hostname):
@@ -297,12 +297,12 @@ def test_the_pool_never_holds_more_than_its_capacity(docker_engine, hostname, im
     assert wait_until(lambda: not warm_containers(docker_engine, hostname), timeout=10)
 
 
-def test_close_removes_every_container(executor, images, docker_engine, hostname, leases):
+def test_close_removes_every_container(executor, images, docker_engine, hostname, pins):
     assert run(executor, images, "rt-warm-python", "warm.counter").ok
     assert run(executor, images, "rt-warm-node", "warm.counter").ok
     assert len(warm_containers(docker_engine, hostname)) == 2
     assert executor.warm.close()
-    assert not warm_containers(docker_engine, hostname) and not leases.leased()
+    assert not warm_containers(docker_engine, hostname) and not pins.pinned()
     refused = run(executor, images, "rt-warm-python", "warm.counter")
     assert refused.engine_unavailable and "Relay is stopping" in refused.error
 
@@ -350,16 +350,16 @@ def test_a_container_that_died_while_idle_is_replaced_before_the_invocation(exec
     assert count_line(output, images, "rt-warm-python", "2-0").startswith("count 1 ")
 
 
-def test_prestart_starts_the_containers_once_per_version(docker_engine, hostname, images, output, leases):
+def test_prestart_starts_the_containers_once_per_version(docker_engine, hostname, images, output, pins):
     function, tag = images["rt-warm-python"]
     function = replace(function, template=replace(function.template, warm=Warm(containers=2, prestart=True)))
     active = [ActiveFunction(function=function, image=tag)]
-    executor = Executor(docker_engine, hostname, output, leases=leases, warm_capacity=4, functions=lambda: active,
+    executor = Executor(docker_engine, hostname, output, pins=pins, warm_capacity=4, functions=lambda: active,
                         environment=lambda function: dict(function.template.env))
     try:
         executor.warm.prestart()
         assert len(warm_containers(docker_engine, hostname)) == 2
-        assert executor.warm.containers() == {function.name: 2} and leases.in_use(tag)
+        assert executor.warm.containers() == {function.name: 2} and pins.in_use(tag)
         outcome = executor.run(replace(invocation(images, "rt-warm-python", "warm.counter"),
                                        warm=function.template.warm))
         assert outcome.ok and count_line(output, images, "rt-warm-python", "1-0").startswith("count 1 ")

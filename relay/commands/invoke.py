@@ -105,8 +105,8 @@ def _load(root, name):
 
 def _read_event(source, stdin, function):
     """The event read and checked as the consumer reads it: a Plan holding only *function*'s targets."""
+    from relay.functions import ActiveFunction
     from relay.functions.rules import Rules
-    from relay.live.catalog import ActiveFunction
     from relay.stream.keys import EVENT_FIELD
     from relay.stream.plans import plan_entry
 

@@ -17,10 +17,9 @@ MATCHED, NONE_MATCHED, FAILED = 0, 3, 1
 def run(args, stdin=None, stdout=None):
     """Run ``relay match`` from docopt's *args*; 0 when a handler matches, 3 when none does, 1 on an error."""
     from relay.errors import TemplateError
-    from relay.functions import load_function
+    from relay.functions import ActiveFunction, load_function
     from relay.functions.explain import first_mismatch
     from relay.functions.rules import Rules
-    from relay.live.catalog import ActiveFunction
     from relay.live.loading import function_names
     from relay.stream.keys import EVENT_FIELD
     from relay.stream.plans import plan_entry

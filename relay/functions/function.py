@@ -43,6 +43,18 @@ class Function:
         return f"relay-fn-{self.name}:{self.fingerprint[:TAG_LENGTH]}"
 
 
+@dataclass(frozen=True, eq=False)
+class ActiveFunction:
+    """A loaded function and the image of it that is built and serving."""
+
+    function: Function
+    image: str
+
+    @property
+    def name(self) -> str:
+        return self.function.name
+
+
 @dataclass(frozen=True)
 class Inspection:
     """Everything found in one function directory: the checked template and every problem."""

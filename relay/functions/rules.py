@@ -19,7 +19,7 @@ from dataclasses import dataclass
 class Target:
     """One matched rule of one function: an invocation to run for the entry."""
 
-    active: object   # relay.live.catalog.ActiveFunction
+    active: object   # relay.functions.ActiveFunction
     rule: object     # relay.functions.Rule
 
 

@@ -9,22 +9,9 @@ they started with.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
 
-from relay.functions import Function
+from relay.functions import ActiveFunction, Function
 from relay.functions.rules import Rules
-
-
-@dataclass(frozen=True, eq=False)
-class ActiveFunction:
-    """A loaded function and the image of it that is built and serving."""
-
-    function: Function
-    image: str
-
-    @property
-    def name(self) -> str:
-        return self.function.name
 
 
 class Catalog:
@@ -48,7 +35,7 @@ class Catalog:
         """The functions (not ActiveFunctions) waiting for their first image; an immutable tuple."""
         return self._waiting
 
-    def hold(self, function: Function) -> None:
+    def mark_waiting(self, function: Function) -> None:
         """Mark *function* as waiting for its first image."""
         self._waiting = tuple(sorted([*(item for item in self._waiting if item.name != function.name), function],
                                      key=lambda item: item.name))

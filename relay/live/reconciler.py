@@ -43,10 +43,9 @@ from gevent.pool import Pool
 
 from relay.coalesce import CoalescingRunner
 from relay.errors import BuildError, MissingTemplate, TemplateError
-from relay.functions import fingerprint_directory, function_name_problem, load_function
+from relay.functions import ActiveFunction, fingerprint_directory, function_name_problem, load_function
 from relay.functions.function import TEMPLATE_FILE
 from relay.gitsync.webhook_secret import webhook_secret_name
-from relay.live.catalog import ActiveFunction
 from relay.live.loading import function_names
 from relay.live.status import FunctionStatus, Outcome, now
 from relay.quoting import show
@@ -204,7 +203,7 @@ class Reconciler:
             self._fail(name, function.fingerprint, str(error) or type(error).__name__, retry=True,
                        loaded=None if active else function)
             if active is None:
-                self.catalog.hold(function)
+                self.catalog.mark_waiting(function)
             return
         self._activate(function, image, active)
 

@@ -4,7 +4,7 @@
     build_context  Dockerfiles and tar build contexts, made in temporary files
     build_limits   a build's wall-clock cutoff and the bounded tail of its output
     images         dependency images and function images on the Docker engine
-    leases         which images in-flight invocations are using
+    pins           which images in-flight invocations are using
     image_gc       removal of old relay-fn-* tags nobody uses any more
     sweep          removal of this host's orphaned execution containers at start
     containers     what an execution container looks like: hardening and labels

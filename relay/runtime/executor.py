@@ -37,11 +37,11 @@ log = logging.getLogger("relay.runtime.executor")
 
 
 class Executor:
-    def __init__(self, docker_client, hostname, output=None, *, leases=None, leftovers=None,
+    def __init__(self, docker_client, hostname, output=None, *, pins=None, leftovers=None,
                  warm_capacity=DEFAULT_MAX_CONCURRENCY, functions=None, environment=None, on_warm_count=None,
                  on_image_missing=None):
         """*output* receives the handlers' lines (default: sys.stdout as it is
-        now); *leases* (an ImageLeases), when given, protects each
+        now); *pins* (an ImagePins), when given, protects each
         invocation's image from garbage collection while it runs, and each
         warm container's for its life;
         *leftovers* (a sweep.Leftovers), when given, takes the containers
@@ -55,11 +55,11 @@ class Executor:
         self._api = docker_client.api
         self._hostname = hostname
         self._output = output if output is not None else sys.stdout
-        self._leases = leases
+        self._pins = pins
         self._leftovers = leftovers
         self._host_configs = {}  # by network: one HostConfig for every container of the same network
         self._on_image_missing = on_image_missing or (lambda function, image: None)
-        self.warm = WarmPool(docker_client, hostname, self._output, capacity=warm_capacity, leases=leases,
+        self.warm = WarmPool(docker_client, hostname, self._output, capacity=warm_capacity, pins=pins,
                              leftovers=leftovers, functions=functions, environment=environment,
                              on_count=on_warm_count, on_image_missing=self._on_image_missing)
 
@@ -70,10 +70,10 @@ class Executor:
 
     def run(self, invocation):
         if invocation.warm is not None:
-            outcome = self.warm.run(invocation)   # its container holds the image's lease
+            outcome = self.warm.run(invocation)   # its container pins the image
         else:
             started = time.monotonic()
-            with self._leases.lease(invocation.image) if self._leases is not None else nullcontext():
+            with self._pins.holding(invocation.image) if self._pins is not None else nullcontext():
                 outcome = _Execution(self, invocation, started).run()
         _log_outcome(invocation, outcome)
         return outcome

@@ -6,8 +6,8 @@ functions this Relay has loaded (their old versions), or the names given
 (functions that were removed). Other Relay processes may share the engine --
 replicas on one host, end-to-end tests -- and their functions' images are
 theirs. A tag is removed when it is not the active image of its function and
-no in-flight invocation holds a lease on it; a leased one is removed when its
-last lease is released, unless it has become active again by then (a
+no in-flight invocation pins it; a pinned one is removed when its
+last pin is removed, unless it has become active again by then (a
 reverted function reuses its old tag). Function images of those functions
 that lost their tag (concurrent builds of one version) go too. relay-dep-*
 images, build cache layers and every other image are never touched, and
@@ -27,11 +27,11 @@ log = logging.getLogger("relay.runtime.gc")
 _FUNCTION_TAG = re.compile(re.escape(FUNCTION_REPOSITORY_PREFIX) + r"([a-z0-9][a-z0-9._-]*):([0-9a-f]{16})", re.ASCII)
 
 
-def collect_garbage(docker_client, active, leases, functions=None):
+def collect_garbage(docker_client, active, pins, functions=None):
     """Remove the function image tags nobody needs; return the tags removed now.
 
     *active* maps function name -> active image tag. It is read again when a
-    leased tag's last lease ends, so pass the live mapping the dispatcher uses
+    pinned tag's last pin ends, so pass the live mapping the dispatcher uses
     (or one that stays valid). *functions* names the functions whose tags the
     pass may remove; by default those in *active*. At startup that removes
     the loaded functions' old versions; after a function is removed, name it
@@ -51,8 +51,8 @@ def collect_garbage(docker_client, active, leases, functions=None):
             name = function_of(tag)
             if name is None or name not in only or tag in keep:
                 continue
-            if leases.in_use(tag):
-                leases.when_idle(tag, later)
+            if pins.in_use(tag):
+                pins.when_unpinned(tag, later)
                 log.debug("Image in use; it will be removed after its last invocation", extra={"image": tag})
             elif _remove(docker_client, tag):
                 removed.append(tag)
@@ -60,13 +60,13 @@ def collect_garbage(docker_client, active, leases, functions=None):
     return removed
 
 
-def retire_image(docker_client, tag, leases, active):
-    """Remove the old version *tag* now, or after its last lease, unless
+def retire_image(docker_client, tag, pins, active):
+    """Remove the old version *tag* now, or after its last pin, unless
     *active* (the live mapping) holds it again by then. Returns whether it
     was handled now."""
     if not is_function_tag(tag):
         return False
-    return leases.when_idle(tag, _remover(docker_client, active))
+    return pins.when_unpinned(tag, _remover(docker_client, active))
 
 
 def is_function_tag(tag):
@@ -80,7 +80,7 @@ def function_of(tag):
 
 
 def _remover(docker_client, active):
-    """A when_idle callback: remove the tag unless it became active again meanwhile."""
+    """A when_unpinned callback: remove the tag unless it became active again meanwhile."""
 
     def remove(tag):
         if tag not in set(active.values()):

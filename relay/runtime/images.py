@@ -41,7 +41,7 @@ from relay.functions.fingerprint import fingerprint_directory
 from relay.runtime.build_context import dependency_context, function_context
 from relay.runtime.build_limits import Cutoff, Progress, Tail
 from relay.runtime.image_gc import collect_garbage, retire_image  # noqa: F401  (the runtime's image API)
-from relay.runtime.leases import ImageLeases  # noqa: F401
+from relay.runtime.pins import ImagePins  # noqa: F401
 from relay.runtime.recipes import FINGERPRINT_LABEL, RECIPE_LABEL, dependency_recipe, function_recipe
 from relay.runtime.registry import runtime_for
 from relay.runtime.sweep import sweep_orphans  # noqa: F401

@@ -7,7 +7,7 @@ starting the container, with the condition ``removed``: the engine answers
 the headers as soon as the wait is registered and the body (with the exit
 code) once the container is exited *and* gone. Reading the headers first
 proves the exit cannot be missed, and an invocation that has ended leaves no
-container behind that could still hold its image (leases rely on that).
+container behind that could still hold its image (pins rely on that).
 docker-py's ``wait`` reads headers and body at once, hence the request is
 made here with its lower-level helpers.
 

@@ -18,7 +18,7 @@ back; a container is one invocation at a time. Limits:
   is active, or the function is gone), when a newer version of its function
   has been asked for, and when Relay stops.
 
-Every container holds a lease on its image from before it is created until
+Every container pins its image from before it is created until
 it is removed, so image garbage collection never takes an image a warm
 container uses. ``run`` never raises for a failing handler or engine error:
 the Outcome says what happened, as it does for a cold invocation.
@@ -67,7 +67,7 @@ class Version:
 
 
 class WarmPool:
-    def __init__(self, docker_client, hostname, output, *, capacity, leases=None, leftovers=None,
+    def __init__(self, docker_client, hostname, output, *, capacity, pins=None, leftovers=None,
                  functions=None, environment=None, on_count=None, on_image_missing=None, start_timeout=START_TIMEOUT,
                  idle_check=IDLE_CHECK, clock=time.monotonic):
         """*functions* (returning the active functions) and *environment* (a function's variables,
@@ -83,7 +83,7 @@ class WarmPool:
         self._hostname = hostname
         self._output = output
         self._capacity = capacity
-        self._leases = leases
+        self._pins = pins
         self._leftovers = leftovers
         self._start_timeout = start_timeout
         self._idle_check = idle_check
@@ -207,8 +207,8 @@ class WarmPool:
         return stale
 
     def _start(self, version, env, prefix_parts, deadline):
-        if self._leases is not None:
-            self._leases.acquire(version.image)
+        if self._pins is not None:
+            self._pins.pin(version.image)
         container = WarmContainer(self._api, function=version.function, image=version.image, version=version,
                                   hostname=self._hostname, output=self._output, leftovers=self._leftovers)
         began = time.monotonic()
@@ -258,8 +258,8 @@ class WarmPool:
         try:
             container.remove()
         finally:
-            if self._leases is not None:
-                self._leases.release(container.image)
+            if self._pins is not None:
+                self._pins.unpin(container.image)
             with self._lock:
                 left = self._members.get(container.version, 0) - 1
                 if left > 0:

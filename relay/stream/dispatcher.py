@@ -89,7 +89,7 @@ class RetryDue:
 class Dispatcher:
     def __init__(self, *, stream: str, store: seams.InvocationStore, settler: seams.Settler,
                  executor: seams.Executor, slots: seams.Slots, observer: seams.Observer,
-                 environment: seams.Environment, leases: seams.Leases, limits: seams.Limits,
+                 environment: seams.Environment, pins: seams.Pins, limits: seams.Limits,
                  provenance: seams.Provenance, clock: seams.Clock = time.time_ns,
                  slot_wait: float = SLOT_WAIT) -> None:
         self.stream = stream      # names the invocations' idempotency keys
@@ -99,7 +99,7 @@ class Dispatcher:
         self.slots = slots
         self.observer = observer
         self.environment = environment
-        self.leases = leases
+        self.pins = pins
         self.limits = limits
         self.provenance = provenance
         self.clock = clock
@@ -112,7 +112,7 @@ class Dispatcher:
         with a retry waiting out its backoff (the consumer may hold the entry
         for it), else None.
 
-        The images of every target are leased for the whole dispatch, so a
+        The images of every target are pinned for the whole dispatch, so a
         reconcile that swaps a function meanwhile cannot remove the version
         this entry matched, even while it waits for a concurrency slot.
         A schedule occurrence is first checked to be the entry the scheduler
@@ -121,9 +121,9 @@ class Dispatcher:
         if plan.occurrence is not None and (refused := self._unpublished(plan)) is not None:
             self.settler.settle(plan, refused)
             return None
-        with ExitStack() as leases:
+        with ExitStack() as pins:
             for image in dict.fromkeys(target.active.image for target in plan.targets):
-                leases.enter_context(self.leases.lease(image))
+                pins.enter_context(self.pins.holding(image))
             return self._dispatch(plan)
 
     def _dispatch(self, plan):

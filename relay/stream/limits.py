@@ -134,7 +134,7 @@ def burst(rate: RateLimit) -> int:
     return max(1, rate.count * SECOND // rate.period)
 
 
-class Leases:
+class KeyLeases:
     """Leases on keys, each with its own token; raises redis.RedisError."""
 
     def __init__(self, client: redis.Redis, owner: str) -> None:
@@ -185,7 +185,7 @@ class FleetLimits:
     def __init__(self, client: redis.Redis, address: StreamAddress, *, lease_margin: int = LEASE_MARGIN) -> None:
         self.address = address
         self.rates = RateLimiter(client)
-        self.leases = Leases(client, address.consumer)
+        self.leases = KeyLeases(client, address.consumer)
         self.lease_margin = lease_margin
         self._unreachable = False
 

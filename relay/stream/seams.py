@@ -99,10 +99,10 @@ class Limits(Protocol):
     def leave(self, passage: Passage) -> None: ...
 
 
-class Leases(Protocol):
+class Pins(Protocol):
     """Keeps an image from garbage collection while the ``with`` block runs."""
 
-    def lease(self, image: str) -> AbstractContextManager[object]: ...
+    def holding(self, image: str) -> AbstractContextManager[object]: ...
 
 
 class RuleSource(Protocol):
