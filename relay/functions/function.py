@@ -20,9 +20,10 @@ from pathlib import Path
 from relay.errors import InvalidTemplate, MissingTemplate, TemplateError, TemplateTooLarge, reason
 from relay.functions.document import MAX_TEMPLATE_BYTES, too_large
 from relay.functions.fingerprint import TAG_LENGTH, fingerprint_directory
+from relay.functions.parser import CheckedTemplate, check_template
 from relay.functions.problems import ERROR, Problem, join, show
 from relay.functions.regular import not_regular_message, read_regular, special_kind
-from relay.functions.template import CheckedTemplate, Template, check_template
+from relay.functions.template import Template
 from relay.links import links_outside
 from relay.names import function_name_problem
 from relay.secrets.store import WEBHOOK_REFUSAL
