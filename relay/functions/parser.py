@@ -21,14 +21,14 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from enum import Enum
 from types import MappingProxyType
-from typing import Any, Literal, TypeVar
+from typing import Literal, TypeVar
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import yaml
 
 from relay.durations import format_duration, parse_duration
 from relay.errors import DurationError, InvalidTemplate
-from relay.functions.document import Locations, load_document
+from relay.functions.document import Locations, Node, load_document
 from relay.functions.patterns import compile_pattern
 from relay.functions.problems import ERROR, Problem, Problems, given, join, reason, show
 from relay.functions.template import (
@@ -53,7 +53,7 @@ from relay.functions.template import (
 )
 from relay.names import env_name_problem, secret_name_problem
 
-YamlMapping = Mapping[Any, object]   # a mapping as YAML gave it: keys of any YAML type, values unchecked
+YamlMapping = Mapping[object, object]   # a mapping as YAML gave it: keys of any YAML type, values unchecked
 Expiry = tuple[int | None, OnExpired]  # (max_event_age in ns or None, on_expired)
 _Entry = TypeVar("_Entry", Rule, Schedule)
 
@@ -149,10 +149,10 @@ def _handler_fields(document: object) -> tuple[HandlerField, ...]:
     return tuple(found)
 
 
-def _template(document: YamlMapping, root: Any, problems: Problems) -> tuple[Template | None, dict[str, str]]:
+def _template(document: YamlMapping, root: Node, problems: Problems) -> tuple[Template | None, dict[str, str]]:
     """(the Template of a mapping *document*, or None after an error; its valid secrets).
 
-    *root* is the document's node graph (a yaml.MappingNode).
+    *root* is the document's node graph (a yaml.MappingNode), where env's values are read as written.
     """
     _unknown_keys(document, _TOP_KEYS, "", problems, "a template")
 
@@ -511,7 +511,7 @@ def _timezone(item: YamlMapping, path: str, problems: Problems) -> str | None:
     return value
 
 
-def _env(document: YamlMapping, root: Any, problems: Problems) -> dict[str, str]:
+def _env(document: YamlMapping, root: Node, problems: Problems) -> dict[str, str]:
     """Literal variables; each value is the scalar text exactly as written."""
     if "env" not in document or document["env"] is None:
         return {}
@@ -559,7 +559,7 @@ def _secrets(document: YamlMapping, env: Mapping[str, str], problems: Problems) 
     return valid
 
 
-def _child_node(root: Any, key: str) -> Any:
+def _child_node(root: Node, key: str) -> Node | None:
     """The value node of *key* in the mapping node *root*, or None."""
     for key_node, value_node in root.value:
         if isinstance(key_node, yaml.ScalarNode) and key_node.value == key:

@@ -159,7 +159,7 @@ def _required_by_every(patterns: list[PatternSource]) -> dict[str, frozenset[str
     return {key: frozenset().union(*(required[key] for required in each)) for key in shared}
 
 
-def _fields(mapping: Mapping[Any, object], path: str, problems: Problems) -> Compiled:
+def _fields(mapping: Mapping[object, object], path: str, problems: Problems) -> Compiled:
     """Compile a mapping of fields (AND) into a test on a dict, and the result
     the mapping has when its parent is missing (or is not an object)."""
     tests: list[FieldTest] = []
@@ -356,7 +356,7 @@ def looks_like_operator(name: object) -> bool:
             or bool(difflib.get_close_matches(name.lower(), OPERATORS, n=1, cutoff=0.8)))
 
 
-def _operator_lookalikes(condition: Mapping[Any, object], operators: list[str], path: str,
+def _operator_lookalikes(condition: Mapping[object, object], operators: list[str], path: str,
                          problems: Problems) -> None:
     """Warn of each key of *condition* (a field's mapping) that looks like an operator Relay does not have.
 
