@@ -7,6 +7,8 @@ Templates and REDIS_STREAM_RETENTION were specified for a Go program, so
 nanoseconds, like Go's ``time.Duration``.
 """
 
+from __future__ import annotations
+
 from relay.errors import DurationError
 from relay.quoting import show
 
@@ -30,7 +32,7 @@ _UNITS = {
 _LIMIT = 1 << 63  # magnitude of the most negative int64
 
 
-def parse_duration(text):
+def parse_duration(text: str) -> int:
     """Return the duration *text* means, in nanoseconds, or raise DurationError."""
     rest = text
     negative = False
@@ -54,7 +56,7 @@ def parse_duration(text):
     return total
 
 
-def _term(rest, text):
+def _term(rest: str, text: str) -> tuple[int, str]:
     """The first number-and-unit of *rest* ("1.5h"), in nanoseconds, and what follows it."""
     if not (rest[0] == "." or _is_digit(rest[0])):
         raise DurationError(f"invalid duration {show(text)}")
@@ -84,7 +86,7 @@ def _term(rest, text):
     return value, rest
 
 
-def format_duration(nanoseconds):
+def format_duration(nanoseconds: int) -> str:
     """Render a duration the way Go's ``Duration.String`` does ("1m30s", "250ms")."""
     if nanoseconds == 0:
         return "0s"
@@ -104,7 +106,7 @@ def format_duration(nanoseconds):
     return sign + text
 
 
-def format_compact(nanoseconds):
+def format_compact(nanoseconds: int) -> str:
     """Like ``format_duration`` without its zero units: "1h" for 1h0m0s, "3h12m", "1h30s"."""
     text = format_duration(nanoseconds)
     if "h" in text:
@@ -114,7 +116,7 @@ def format_compact(nanoseconds):
     return text
 
 
-def _decimal(value, unit):
+def _decimal(value: int, unit: int) -> str:
     whole, fraction = divmod(value, unit)
     if not fraction:
         return str(whole)
@@ -122,11 +124,11 @@ def _decimal(value, unit):
     return f"{whole}.{fraction:0{width}d}".rstrip("0")
 
 
-def _is_digit(char):
+def _is_digit(char: str) -> bool:
     return "0" <= char <= "9"
 
 
-def _leading_int(text, original):
+def _leading_int(text: str, original: str) -> tuple[int, str, bool]:
     end = 0
     value = 0
     while end < len(text) and _is_digit(text[end]):
@@ -137,7 +139,7 @@ def _leading_int(text, original):
     return value, text[end:], end > 0
 
 
-def _leading_fraction(text):
+def _leading_fraction(text: str) -> tuple[int, float, str, bool]:
     """Digits after the dot; past int64 precision they are read but ignored, as in Go."""
     end = 0
     value = 0

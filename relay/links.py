@@ -11,6 +11,8 @@ Plain standard library and relay.errors: the loader, the runtime and git
 sync all use it.
 """
 
+from __future__ import annotations
+
 import os
 import stat
 from pathlib import Path
@@ -18,26 +20,26 @@ from pathlib import Path
 from relay.errors import LinkOutside
 
 
-def leads_outside(root, path):
+def leads_outside(root: str | os.PathLike[str], path: str | os.PathLike[str]) -> bool:
     """Whether *path*, a path below the function directory *root*, really resolves outside it."""
     return not _within(os.path.realpath(path), os.path.realpath(root))
 
 
-def links_outside(root):
+def links_outside(root: str | os.PathLike[str]) -> list[str]:
     """The relative posix paths of the links below *root* that lead outside it, sorted."""
-    root = Path(root)
-    real_root = os.path.realpath(root)
+    top = Path(root)
+    real_root = os.path.realpath(top)
     found = []
-    for current, directories, files in os.walk(root, followlinks=False):
+    for current, directories, files in os.walk(top, followlinks=False):
         base = Path(current)
         for name in [*directories, *files]:
             path = base / name
             if path.is_symlink() and not _within(os.path.realpath(path), real_root):
-                found.append(path.relative_to(root).as_posix())
+                found.append(path.relative_to(top).as_posix())
     return sorted(found)
 
 
-def read_inside(root, relative):
+def read_inside(root: str | os.PathLike[str], relative: str) -> bytes:
     """The bytes of the regular file *relative* below *root*, read without leaving *root*.
 
     A link that stays inside is read at its real path; one that leads outside
@@ -55,5 +57,5 @@ def read_inside(root, relative):
         return handle.read()
 
 
-def _within(real, real_root):
+def _within(real: str, real_root: str) -> bool:
     return real == real_root or real.startswith(real_root.rstrip(os.sep) + os.sep)

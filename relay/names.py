@@ -7,9 +7,14 @@ A rejected name is quoted short, whatever its length or type; *render* says how
 write values as YAML does).
 """
 
+from __future__ import annotations
+
 import re
+from collections.abc import Callable
 
 from relay.quoting import quote
+
+Render = Callable[[object], str]   # how a rejected name is quoted in the message
 
 MAX_NAME_LENGTH = 63
 _FUNCTION_NAME = re.compile(r"[a-z0-9][a-z0-9._-]*", re.ASCII)
@@ -17,7 +22,7 @@ _SECRET_NAME = re.compile(r"[a-z0-9_-](?:[a-z0-9._-]*[a-z0-9_-])?", re.ASCII)
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*", re.ASCII)
 
 
-def function_name_problem(name, *, render=quote):
+def function_name_problem(name: object, *, render: Render = quote) -> str | None:
     """Why *name* is not a valid function name, or None when it is."""
     if not isinstance(name, str) or not _FUNCTION_NAME.fullmatch(name):
         return (f"{render(name)} is not a valid function name: use lowercase letters, digits, '.', '_' and '-', "
@@ -29,7 +34,7 @@ def function_name_problem(name, *, render=quote):
     return None
 
 
-def secret_name_problem(name, *, render=quote):
+def secret_name_problem(name: object, *, render: Render = quote) -> str | None:
     """Why *name* is not a valid secret name, or None when it is."""
     if not isinstance(name, str) or not _SECRET_NAME.fullmatch(name):
         return (f"{render(name)} is not a valid secret name: use lowercase letters, digits, '.', '_' and '-', "
@@ -39,7 +44,7 @@ def secret_name_problem(name, *, render=quote):
     return None
 
 
-def env_name_problem(name, *, render=quote):
+def env_name_problem(name: object, *, render: Render = quote) -> str | None:
     """Why *name* is not a valid environment variable name, or None when it is."""
     if not isinstance(name, str) or not _ENV_NAME.fullmatch(name):
         return (f"{render(name)} is not a valid environment variable name: use letters, digits and '_', "

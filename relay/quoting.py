@@ -15,10 +15,16 @@ invisible format characters escaped so that no value can reach a terminal
 as anything but text.
 """
 
+from __future__ import annotations
+
 import math
 import reprlib
 import unicodedata
+from collections.abc import Iterable
 from datetime import date
+from typing import TypeVar
+
+_Item = TypeVar("_Item")
 
 QUOTE_LIMIT = 100
 
@@ -29,7 +35,7 @@ _repr.maxstring = _repr.maxother = QUOTE_LIMIT
 _repr.maxlong = 40
 
 
-def quote(value, limit=QUOTE_LIMIT):
+def quote(value: object, limit: int = QUOTE_LIMIT) -> str:
     """An unambiguous rendering of *value* for a message, at most *limit* characters."""
     try:
         text = _repr.repr(value)
@@ -38,7 +44,7 @@ def quote(value, limit=QUOTE_LIMIT):
     return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
-def shorten(text, limit=QUOTE_LIMIT):
+def shorten(text: str, limit: int = QUOTE_LIMIT) -> str:
     """*text* itself (not a repr) cut to *limit* characters with an ellipsis."""
     return text if len(text) <= limit else text[:limit - 3] + "..."
 
@@ -48,13 +54,13 @@ _MAX_LEVELS = 3  # nested lists and mappings shown, then [...] or {...}
 _ESCAPES = {'"': '\\"', "\\": "\\\\", "\n": "\\n", "\r": "\\r", "\t": "\\t"}
 
 
-def show(value, limit=QUOTE_LIMIT):
+def show(value: object, limit: int = QUOTE_LIMIT) -> str:
     """*value* as YAML/JSON writes it, at most *limit* characters: ``"a"``, ``null``, ``true``, ``[1, 2]``."""
     text = _show(value, 0, limit)
     return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
-def _show(value, level, limit):
+def _show(value: object, level: int, limit: int) -> str:
     if isinstance(value, dict):
         if level >= _MAX_LEVELS:
             return "{...}"
@@ -69,7 +75,7 @@ def _show(value, level, limit):
     return _scalar(value, limit)
 
 
-def _scalar(value, limit):
+def _scalar(value: object, limit: int) -> str:
     if value is None:
         return "null"
     if value is True or value is False:
@@ -90,8 +96,8 @@ def _scalar(value, limit):
     return _string(value if isinstance(value, str) else str(value)[:limit], limit)
 
 
-def _first(items):
-    found = []
+def _first(items: Iterable[_Item]) -> list[_Item]:
+    found: list[_Item] = []
     for item in items:
         if len(found) == _MAX_ITEMS:
             break
@@ -99,7 +105,7 @@ def _first(items):
     return found
 
 
-def _string(text, limit):
+def _string(text: str, limit: int) -> str:
     """A double-quoted string; control, format and separator characters as \\uXXXX escapes."""
     out = []
     for character in text[:limit]:

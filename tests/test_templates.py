@@ -7,7 +7,7 @@ import pytest
 from relay.durations import MINUTE, SECOND
 from relay.errors import TemplateError
 from relay.functions import parse_template
-from relay.functions.template import RESERVED_VARIABLES, Warm
+from relay.functions.template import RESERVED_VARIABLES, OnExpired, Warm
 
 SOURCE = "/functions/demo/template.yaml"
 RULE = "events:\n  - handler: events.created.handler\n    pattern: {event_name: [INSERT]}\n"
@@ -452,14 +452,14 @@ def test_schedules_take_no_retry_or_expiry_keys():
 
 def test_expiry_defaults():
     (rule,) = parse(with_rule()).rules
-    assert (rule.max_event_age, rule.on_expired) == (None, "dead-letter")
+    assert (rule.max_event_age, rule.on_expired) == (None, OnExpired.DEAD_LETTER)
 
 
 def test_max_event_age_and_on_expired_on_a_rule():
     (rule,) = parse(with_rule(max_event_age="1h30m", on_expired="drop")).rules
-    assert (rule.max_event_age, rule.on_expired) == (90 * MINUTE, "drop")
+    assert (rule.max_event_age, rule.on_expired) == (90 * MINUTE, OnExpired.DROP)
     (rule,) = parse(with_rule(max_event_age="10m")).rules
-    assert (rule.max_event_age, rule.on_expired) == (10 * MINUTE, "dead-letter")
+    assert (rule.max_event_age, rule.on_expired) == (10 * MINUTE, OnExpired.DEAD_LETTER)
 
 
 FUNCTION_EXPIRY = """
@@ -481,15 +481,16 @@ events:
 def test_the_functions_expiry_applies_to_every_rule_and_a_rules_own_value_wins():
     rules = parse(FUNCTION_EXPIRY).rules
     assert [(rule.handler, rule.max_event_age, rule.on_expired) for rule in rules] == [
-        ("a.inherits", 60 * MINUTE, "drop"), ("a.own_age", 5 * MINUTE, "drop"),
-        ("a.own_action", 60 * MINUTE, "dead-letter")]
+        ("a.inherits", 60 * MINUTE, OnExpired.DROP), ("a.own_age", 5 * MINUTE, OnExpired.DROP),
+        ("a.own_action", 60 * MINUTE, OnExpired.DEAD_LETTER)]
 
 
 def test_a_rules_max_event_age_is_enough_for_the_functions_on_expired():
     text = "runtime: python3.14\non_expired: drop\n" + RULE + "    max_event_age: 1h\n" + \
         "  - handler: a.other\n    pattern: {k: [1]}\n"
     rules = parse(text).rules
-    assert [(rule.max_event_age, rule.on_expired) for rule in rules] == [(60 * MINUTE, "drop"), (None, "drop")]
+    assert [(rule.max_event_age, rule.on_expired) for rule in rules] == [(60 * MINUTE, OnExpired.DROP),
+                                                                          (None, OnExpired.DROP)]
 
 
 @pytest.mark.parametrize(("top", "fields", "message"), [

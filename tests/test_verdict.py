@@ -6,6 +6,7 @@ import pytest
 
 from relay.durations import SECOND
 from relay.functions.rules import Target
+from relay.functions.template import OnExpired
 from relay.stream import markers
 from relay.stream.plans import Plan
 from relay.stream.verdict import (
@@ -24,7 +25,7 @@ from relay.stream.verdict import (
 NOW = 1_800_000_000 * SECOND
 
 
-def target(function, handler, retries=2, max_event_age=None, on_expired="dead-letter"):
+def target(function, handler, retries=2, max_event_age=None, on_expired=OnExpired.DEAD_LETTER):
     return Target(SimpleNamespace(name=function), SimpleNamespace(handler=handler, retries=retries,
                                                                   max_event_age=max_event_age, on_expired=on_expired,
                                                                   repeat=0))
@@ -191,7 +192,7 @@ def test_an_outcome_of_this_dispatch_wins_over_the_stored_marker():
 HOUR = 3600 * SECOND
 OLD_ID = f"{(NOW - 3 * HOUR - 12 * 60 * SECOND) // 1_000_000}-0"      # 3h12m before NOW
 WELCOME = target("welcome", "app.send", max_event_age=HOUR)
-DIGEST = target("digest", "app.add", max_event_age=HOUR, on_expired="drop")
+DIGEST = target("digest", "app.add", max_event_age=HOUR, on_expired=OnExpired.DROP)
 LIMITLESS = target("orders", "first")
 
 

@@ -22,34 +22,38 @@ to the lines they are written on, from the node graph's marks, so that every
 problem can say where it is.
 """
 
+from __future__ import annotations
+
 import re
+from typing import Any
 
 import yaml
 
 from relay.errors import InvalidTemplate, TemplateTooLarge
-from relay.functions.problems import Problem, join
+from relay.functions.problems import Problem, Problems, join
 
 MAX_TEMPLATE_BYTES = 64 * 1024
 MAX_NODES = 10_000
 MAX_DEPTH = 32
 
 _Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+Node = Any   # a node of PyYAML's composed graph (yaml.Node: ScalarNode, SequenceNode, MappingNode); PyYAML is untyped
 
 
 class _Refused(Exception):
-    def __init__(self, problem):
+    def __init__(self, problem: str) -> None:
         super().__init__(problem)
         self.problem = problem
 
 
-def too_large(size):
+def too_large(size: int) -> str | None:
     """The problem of a template of *size* bytes, or None."""
     if size > MAX_TEMPLATE_BYTES:
         return f"is larger than {MAX_TEMPLATE_BYTES // 1024} KiB; a template is refused unread past that"
     return None
 
 
-def load_document(text, source, problems):
+def load_document(text: str, source: str, problems: Problems) -> tuple[object, Node | None]:
     """The constructed document and its node graph; adds duplicate keys to *problems*.
 
     Raises TemplateTooLarge past a limit, InvalidTemplate for text that is not YAML.
@@ -80,11 +84,11 @@ def load_document(text, source, problems):
     return document, root
 
 
-def measure(root):
+def measure(root: Node) -> int:
     """Refuse *root* (a composed node) past MAX_NODES expanded nodes or MAX_DEPTH levels; else its size."""
-    known = {}  # id(node) -> (expanded nodes, collection levels from it down)
+    known: dict[int, tuple[int, int]] = {}  # id(node) -> (expanded nodes, collection levels from it down)
 
-    def visit(node, depth):
+    def visit(node: Node, depth: int) -> tuple[int, int]:
         """*depth*: the collections above *node*."""
         if isinstance(node, yaml.ScalarNode):
             return 1, 0
@@ -109,14 +113,14 @@ def measure(root):
     return visit(root, 0)[0]
 
 
-def _too_deep():
+def _too_deep() -> str:
     return f"nests deeper than {MAX_DEPTH} levels"
 
 
-def _check_duplicate_keys(root, problems):
+def _check_duplicate_keys(root: Node, problems: Problems) -> None:
     """Every mapping's repeated keys, each mapping looked at once however often it is referenced."""
     visited = set()
-    pending = [(root, "")]
+    pending: list[tuple[Node, str]] = [(root, "")]
     while pending:
         node, path = pending.pop()
         if isinstance(node, yaml.ScalarNode) or id(node) in visited:
@@ -148,9 +152,9 @@ class Locations:
 
     _LAST_STEP = re.compile(r"(.*?)(?:\[[0-9]+\]|\.[^.]*)\Z", re.DOTALL)
 
-    def __init__(self, root):
-        self._lines = {}
-        pending = [(root, "")] if root is not None else []
+    def __init__(self, root: Node | None) -> None:
+        self._lines: dict[str, int] = {}
+        pending: list[tuple[Node, str]] = [(root, "")] if root is not None else []
         while pending:  # every path once; measure() bounded their number by MAX_NODES
             node, path = pending.pop()
             if isinstance(node, yaml.MappingNode):
@@ -165,7 +169,7 @@ class Locations:
                     self._lines.setdefault(child, _line(item))
                     pending.append((item, child))
 
-    def line(self, path):
+    def line(self, path: str) -> int | None:
         """The line of *path*, or of its nearest ancestor in the template; None for the template itself."""
         while path:
             line = self._lines.get(path)
@@ -176,11 +180,11 @@ class Locations:
         return None
 
 
-def _line(node):
+def _line(node: Node) -> int:
     return node.start_mark.line + 1
 
 
-def _yaml_problem(error):
+def _yaml_problem(error: yaml.YAMLError) -> str:
     problem = getattr(error, "problem", None) or str(error)
     mark = getattr(error, "problem_mark", None)
     where = f" at column {mark.column + 1}" if mark is not None else ""  # the line is the problem's own

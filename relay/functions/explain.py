@@ -8,15 +8,20 @@ reported with why each of its patterns does. Slow next to a compiled
 pattern, and meant for one event at a time.
 """
 
+from __future__ import annotations
+
 import json
 
-from relay.functions.patterns import OPERATORS, OR, compile_pattern
+from relay.functions.patterns import OPERATORS, OR, Now, PatternSource, compile_pattern
 
 _MISSING = object()
 
 
-def first_mismatch(source, event, now=None, path=""):
-    """``"field: why"`` for the first field of pattern *source* that *event* fails, or None when it matches."""
+def first_mismatch(source: PatternSource, event: object, now: Now = None, path: str = "") -> str | None:
+    """``"field: why"`` for the first field of pattern *source* that *event* fails, or None when it matches.
+
+    *source* is a compiled pattern's source (relay.functions.patterns.Pattern).
+    """
     if not isinstance(event, dict):
         return f"{path or 'the event'}: {_shown(event)} is not an object"
     for key, condition in source.items():
@@ -38,7 +43,7 @@ def first_mismatch(source, event, now=None, path=""):
     return None
 
 
-def _why(value, condition):
+def _why(value: object, condition: object) -> str:
     if isinstance(condition, dict) and len(condition) == 1:
         [(name, operand)] = condition.items()
         if name in OPERATORS:
@@ -50,7 +55,7 @@ def _why(value, condition):
     return f"{_shown(value)} does not satisfy {_shown(condition)}"
 
 
-def _why_operator(value, name, operand):
+def _why_operator(value: object, name: str, operand: object) -> str:
     """The reasons worth more than "does not satisfy", for the operators that test strings in their own way."""
     wanted = _shown({name: operand})
     if value is _MISSING:
@@ -74,6 +79,6 @@ def _why_operator(value, name, operand):
     return f"{_shown(value)} does not satisfy {wanted}"
 
 
-def _shown(value, limit=100):
+def _shown(value: object, limit: int = 100) -> str:
     text = json.dumps(value, ensure_ascii=False, default=str)
     return text if len(text) <= limit else text[:limit - 3] + "..."

@@ -8,17 +8,21 @@ carry no source and are never opened: a file is opened without waiting and
 read only when the opened file is a regular one.
 """
 
+from __future__ import annotations
+
 import hashlib
 import os
 import stat
+from collections.abc import Iterator
 from contextlib import contextmanager
+from io import BufferedReader
 from pathlib import Path
 
 TAG_LENGTH = 16
 _CHUNK = 1 << 20
 
 
-def fingerprint_directory(directory):
+def fingerprint_directory(directory: str | os.PathLike[str]) -> str:
     """The 64-hex SHA-256 fingerprint of *directory*'s content."""
     root = Path(directory)
     digest = hashlib.sha256()
@@ -41,7 +45,7 @@ def fingerprint_directory(directory):
 
 
 @contextmanager
-def _open_regular(path):
+def _open_regular(path: Path) -> Iterator[BufferedReader | None]:
     """*path* opened for reading, never following a link and never waiting (a FIFO would);
     None when what was opened is no regular file."""
     descriptor = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
@@ -49,7 +53,7 @@ def _open_regular(path):
         yield handle if stat.S_ISREG(os.fstat(descriptor).st_mode) else None
 
 
-def _entries(root):
+def _entries(root: Path) -> Iterator[tuple[str, Path]]:
     """(relative posix path, path) of every file and symlink below *root*."""
     for current, directories, files in os.walk(root, followlinks=False):
         base = Path(current)

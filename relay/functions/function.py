@@ -14,15 +14,19 @@ raises InvalidTemplate listing the errors, or returns the Function, whose
 template carries the warnings.
 """
 
+from __future__ import annotations
+
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
 from relay.errors import InvalidTemplate, MissingTemplate, TemplateError, TemplateTooLarge, reason
 from relay.functions.document import MAX_TEMPLATE_BYTES, too_large
 from relay.functions.fingerprint import TAG_LENGTH, fingerprint_directory
+from relay.functions.parser import CheckedTemplate, check_template
 from relay.functions.problems import ERROR, Problem, join, show
 from relay.functions.regular import not_regular_message, read_regular, special_kind
-from relay.functions.template import CheckedTemplate, Template, check_template
+from relay.functions.template import Template
 from relay.links import links_outside
 from relay.names import function_name_problem
 from relay.secrets.store import WEBHOOK_REFUSAL
@@ -38,7 +42,7 @@ class Function:
     fingerprint: str  # 64 hex characters, SHA-256 of the whole directory
 
     @property
-    def image(self):
+    def image(self) -> str:
         """The Docker image this version of the function runs in."""
         return f"relay-fn-{self.name}:{self.fingerprint[:TAG_LENGTH]}"
 
@@ -62,52 +66,52 @@ class Inspection:
     directory: Path
     checked: CheckedTemplate
     problems: tuple[Problem, ...]   # the template's, then its files'; errors and warnings
-    refused_files: frozenset        # relative paths of the handler modules and manifests refused as not regular
+    refused_files: frozenset[str]   # relative paths of the handler modules and manifests refused as not regular
 
     @property
-    def errors(self):
+    def errors(self) -> list[Problem]:
         return [problem for problem in self.problems if problem.severity == ERROR]
 
     @property
-    def source(self):
+    def source(self) -> str:
         return str(self.directory / TEMPLATE_FILE)
 
 
-def load_function(directory, webhook_secret=None):
+def load_function(directory: str | os.PathLike[str], webhook_secret: str | None = None) -> Function:
     """Load ``/functions/<name>``: name, template and fingerprint, or TemplateError.
 
     *webhook_secret* is the name of the webhook's secret, which the template may not use.
     """
     inspection = inspect_function(directory, webhook_secret)
-    if inspection.errors:
+    template = inspection.checked.template
+    if inspection.errors or template is None:   # (a template is None only beside an error)
         raise InvalidTemplate(inspection.source, inspection.errors)
-    directory = inspection.directory
-    return Function(name=directory.name, directory=directory, template=inspection.checked.template,
-                    fingerprint=fingerprint_directory(directory))
+    path = inspection.directory
+    return Function(name=path.name, directory=path, template=template, fingerprint=fingerprint_directory(path))
 
 
-def inspect_function(directory, webhook_secret=None):
+def inspect_function(directory: str | os.PathLike[str], webhook_secret: str | None = None) -> Inspection:
     """Every problem of ``/functions/<name>`` as an Inspection.
 
     Raises TemplateError for what stops the look at once: an invalid name, a
     link leading outside, a template that is missing (MissingTemplate),
     unreadable, not a regular file, past a limit or not YAML (InvalidTemplate).
     """
-    directory = Path(directory)
-    problem = function_name_problem(directory.name, render=show)
+    path = Path(directory)
+    problem = function_name_problem(path.name, render=show)
     if problem:
-        raise TemplateError(f"{directory}: {problem}")
-    _refuse_links_outside(directory)
-    template_path = directory / TEMPLATE_FILE
-    checked = check_template(_read_template(directory, template_path), str(template_path))
+        raise TemplateError(f"{path}: {problem}")
+    _refuse_links_outside(path)
+    template_path = path / TEMPLATE_FILE
+    checked = check_template(_read_template(path, template_path), str(template_path))
     problems = list(checked.problems)
     problems += _webhook_secret(checked, webhook_secret)
-    handler_problems, refused = _not_regular(directory, checked)
-    return Inspection(directory=directory, checked=checked, problems=tuple(problems + handler_problems),
+    handler_problems, refused = _not_regular(path, checked)
+    return Inspection(directory=path, checked=checked, problems=tuple(problems + handler_problems),
                       refused_files=refused)
 
 
-def _read_template(directory, template_path):
+def _read_template(directory: Path, template_path: Path) -> str:
     try:
         data, kind = read_regular(template_path, MAX_TEMPLATE_BYTES + 1)
         if data is None:
@@ -125,7 +129,7 @@ def _read_template(directory, template_path):
         raise TemplateError(f"{template_path}: cannot be read: {reason(error)}") from None
 
 
-def _webhook_secret(checked, webhook_secret):
+def _webhook_secret(checked: CheckedTemplate, webhook_secret: str | None) -> list[Problem]:
     if webhook_secret is None:
         return []
     return [Problem(path, WEBHOOK_REFUSAL.format(name=reference), line=checked.line(path))
@@ -133,12 +137,13 @@ def _webhook_secret(checked, webhook_secret):
             for path in [join("secrets", variable)]]
 
 
-def _not_regular(directory, checked):
+def _not_regular(directory: Path, checked: CheckedTemplate) -> tuple[list[Problem], frozenset[str]]:
     """Errors for handler modules and dependency manifests that are not regular files, and their
     relative paths. Which files those are is the runtime registry's knowledge (plain data)."""
     from relay.runtime.registry import RUNTIMES
 
-    problems, refused = [], set()
+    problems: list[Problem] = []
+    refused: set[str] = set()
     if checked.runtime is not None:
         runtime = RUNTIMES[checked.runtime]
         for handler in checked.handlers:
@@ -160,7 +165,7 @@ def _not_regular(directory, checked):
     return problems, frozenset(refused)
 
 
-def _refuse_links_outside(directory):
+def _refuse_links_outside(directory: Path) -> None:
     """A link that leads outside the function fails the load before any file is read through it."""
     try:
         outside = links_outside(directory)

@@ -28,12 +28,16 @@ warning naming the key and what Relay offers instead (``operator_hint``),
 never an error: an event may really have a field named ``numeric``.
 """
 
+from __future__ import annotations
+
 import difflib
 import json
 import math
 import re
 import time
+from collections.abc import Callable, Mapping
 from datetime import UTC, date, datetime
+from typing import Any, Literal, overload
 
 from relay.durations import parse_duration
 from relay.errors import DurationError
@@ -42,8 +46,18 @@ from relay.functions.problems import Problems, given, join, reason, show
 OPERATORS = ("equals", "prefix", "suffix", "exists", "gt", "gte", "lt", "lte", "anything-but", "equals-ignore-case",
              "wildcard")
 OR = "$or"
+
+Now = datetime | None   # the instant now() is measured from; None: the time of the call
+JsonObject = dict[str, object]                    # an event, or an object nested in one
+FieldTest = Callable[[JsonObject, Now], bool]    # a test on an object: its fields, the ones a pattern names
+ValueTest = Callable[[object, Now], bool]        # a test on a field's value, which is present
+Compiled = tuple[FieldTest, bool]                # a test, and the answer when the object holding it is missing
+Scalar = str | int | float | bool | None         # what an operator takes
+Bound = tuple[Literal["number"], float] | tuple[Literal["now"], int]   # a comparison's number, or now() + ns
+PatternSource = Mapping[str, Any]   # a pattern as written, once compile_pattern has checked its shape
+
 _STRING_OPERATORS = ("prefix", "suffix", "equals-ignore-case", "wildcard")
-_COMPARISONS = {
+_COMPARISONS: dict[str, Callable[[float, float], bool]] = {
     "gt": lambda value, bound: value > bound,
     "gte": lambda value, bound: value >= bound,
     "lt": lambda value, bound: value < bound,
@@ -74,21 +88,29 @@ class Pattern:
 
     __slots__ = ("_test", "source", "required")
 
-    def __init__(self, test, source):
+    def __init__(self, test: FieldTest, source: PatternSource) -> None:
         self._test = test
         self.source = source
-        self.required = _required_strings(source)
+        self.required: dict[str, frozenset[str]] = _required_strings(source)
 
-    def matches(self, event, now=None):
+    def matches(self, event: object, now: Now = None) -> bool:
         if type(event) is not dict:
             return False
         return self._test(event, now)
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return f"Pattern({self.source!r})"
 
 
-def compile_pattern(pattern, path="pattern", problems=None):
+@overload
+def compile_pattern(pattern: object, path: str = "pattern", problems: None = None) -> Pattern: ...
+
+
+@overload
+def compile_pattern(pattern: object, path: str, problems: Problems) -> Pattern | None: ...
+
+
+def compile_pattern(pattern: object, path: str = "pattern", problems: Problems | None = None) -> Pattern | None:
     """Compile *pattern*; raise TemplateError listing every problem found.
 
     When a Problems collector is given, problems are added to it instead and
@@ -96,23 +118,25 @@ def compile_pattern(pattern, path="pattern", problems=None):
     """
     collector = Problems() if problems is None else problems
     before = len(collector)
+    compiled = None
     if not isinstance(pattern, dict) or not pattern:
         collector.add(path, f"must be a mapping of event fields to conditions, not {given(pattern)}")
-        test = None
     else:
         test = _fields(pattern, path, collector)[0]
+        if len(collector) == before:
+            compiled = Pattern(test, pattern)
     if problems is None:
         collector.raise_if_any("pattern")
-    return Pattern(test, pattern) if len(collector) == before else None
+    return compiled
 
 
-def _required_strings(pattern):
+def _required_strings(pattern: PatternSource) -> dict[str, frozenset[str]]:
     """Top-level fields whose only condition is equality with strings -> frozenset of them.
 
     A field every pattern of a ``$or`` requires is required too, to be one of
     the strings of all of them; a sibling field's own condition comes first.
     """
-    required = {}
+    required: dict[str, frozenset[str]] = {}
     for key, condition in pattern.items():
         if key == OR:
             continue
@@ -128,17 +152,17 @@ def _required_strings(pattern):
     return required
 
 
-def _required_by_every(patterns):
+def _required_by_every(patterns: list[PatternSource]) -> dict[str, frozenset[str]]:
     """The fields each of *patterns* requires -> the union of the strings they allow."""
     each = [_required_strings(pattern) for pattern in patterns]
     shared = set(each[0]).intersection(*each[1:])
     return {key: frozenset().union(*(required[key] for required in each)) for key in shared}
 
 
-def _fields(mapping, path, problems):
+def _fields(mapping: Mapping[object, object], path: str, problems: Problems) -> Compiled:
     """Compile a mapping of fields (AND) into a test on a dict, and the result
     the mapping has when its parent is missing (or is not an object)."""
-    tests = []
+    tests: list[FieldTest] = []
     when_parent_missing = True
     for key, condition in mapping.items():
         field_path = join(path, key)
@@ -155,7 +179,7 @@ def _fields(mapping, path, problems):
     return _all_of(tuple(tests)), when_parent_missing
 
 
-def _all_of(tests):
+def _all_of(tests: tuple[FieldTest, ...]) -> FieldTest:
     """AND of field tests; the common short cases avoid a loop."""
     if len(tests) == 1:
         return tests[0]
@@ -166,7 +190,7 @@ def _all_of(tests):
         first, second, third = tests
         return lambda event, now: first(event, now) and second(event, now) and third(event, now)
 
-    def test(event, now):
+    def test(event: JsonObject, now: Now) -> bool:
         for field in tests:
             if not field(event, now):
                 return False
@@ -175,13 +199,13 @@ def _all_of(tests):
     return test
 
 
-def _or(patterns, path, problems):
+def _or(patterns: object, path: str, problems: Problems) -> Compiled | None:
     """Compile ``$or``: a test on the dict that holds it, true when one of *patterns* is."""
     if not isinstance(patterns, list) or not patterns:
         problems.add(path, f"must be a non-empty list of patterns (mappings of event fields to conditions), "
                            f"not {given(patterns)}")
         return None
-    tests = []
+    tests: list[FieldTest] = []
     when_parent_missing = False
     for index, pattern in enumerate(patterns):
         pattern_path = join(path, index)
@@ -194,7 +218,7 @@ def _or(patterns, path, problems):
     return _any_of(tuple(tests)), when_parent_missing
 
 
-def _any_of(tests):
+def _any_of(tests: tuple[FieldTest, ...]) -> FieldTest:
     """OR of tests on one dict; the common short cases avoid a loop."""
     if len(tests) == 1:
         return tests[0]
@@ -202,7 +226,7 @@ def _any_of(tests):
         first, second = tests
         return lambda event, now: first(event, now) or second(event, now)
 
-    def test(event, now):
+    def test(event: JsonObject, now: Now) -> bool:
         for pattern in tests:
             if pattern(event, now):
                 return True
@@ -211,7 +235,7 @@ def _any_of(tests):
     return test
 
 
-def _field(key, condition, path, problems):
+def _field(key: str, condition: object, path: str, problems: Problems) -> Compiled | None:
     """Compile one field's condition; return (test on the parent dict, result when missing)."""
     if isinstance(condition, list):
         operands = _operand_list(condition, path, problems, "implicit equality")
@@ -229,7 +253,7 @@ def _field(key, condition, path, problems):
     if not operators:
         fields, when_missing = _fields(condition, path, problems)
 
-        def nested(container, now):
+        def nested(container: JsonObject, now: Now) -> bool:
             value = container.get(key)
             return fields(value, now) if type(value) is dict else when_missing
 
@@ -244,7 +268,7 @@ def _field(key, condition, path, problems):
         operands = _operand_list(condition["equals"], join(path, "equals"), problems, "equals")
         return None if operands is None else _equality_field(key, operands, join(path, "equals"), problems)
 
-    value_tests = []
+    value_tests: list[ValueTest] = []
     when_missing = False
     for name, operand in condition.items():
         operand_path = join(path, name)
@@ -287,7 +311,7 @@ _FOREIGN = {
 _COMPARISON_WORDS = {">": "gt", ">=": "gte", "<": "lt", "<=": "lte"}
 
 
-def _normal(name):
+def _normal(name: str) -> str:
     return name.lower().lstrip("$").replace("_", "").replace("-", "")
 
 
@@ -295,7 +319,7 @@ _NORMAL_OPERATORS = {_normal(name): name for name in OPERATORS}
 _NORMAL_FOREIGN = {_normal(name): name for name in _FOREIGN}
 
 
-def operator_hint(name, operand=None):
+def operator_hint(name: str, operand: object = None) -> str:
     """What Relay offers in place of the operator-like key *name* (given *operand*), as a phrase."""
     normal = _normal(name)
     if normal in _NORMAL_OPERATORS:
@@ -312,7 +336,7 @@ def operator_hint(name, operand=None):
     return f"Relay's operators are {', '.join(OPERATORS)}, beside $or; see docs/templates.md"
 
 
-def _numeric_hint(operand):
+def _numeric_hint(operand: object) -> str:
     """EventBridge's ``numeric: [">", 100]`` as Relay writes it: ``{gt: 100}``."""
     if isinstance(operand, list) and len(operand) == 2 and type(operand[1]) in (int, float):
         sign, number = operand
@@ -323,7 +347,7 @@ def _numeric_hint(operand):
     return _FOREIGN["numeric"] + "; several on one field are alternatives (OR), not a range"
 
 
-def looks_like_operator(name):
+def looks_like_operator(name: object) -> bool:
     """Whether *name*, a key where Relay reads operators, looks like an operator Relay does not have."""
     if not isinstance(name, str) or name in OPERATORS or name == OR:
         return False
@@ -332,7 +356,8 @@ def looks_like_operator(name):
             or bool(difflib.get_close_matches(name.lower(), OPERATORS, n=1, cutoff=0.8)))
 
 
-def _operator_lookalikes(condition, operators, path, problems):
+def _operator_lookalikes(condition: Mapping[object, object], operators: list[str], path: str,
+                         problems: Problems) -> None:
     """Warn of each key of *condition* (a field's mapping) that looks like an operator Relay does not have.
 
     ``$`` keys are left to ``_fields``, which sees them at every level; beside
@@ -347,7 +372,7 @@ def _operator_lookalikes(condition, operators, path, problems):
                                             f"{operator_hint(name, operand)}")
 
 
-def _operator(name, operand, path, problems):
+def _operator(name: str, operand: object, path: str, problems: Problems) -> ValueTest | None:
     if name == "anything-but":
         return _anything_but(operand, path, problems)
     if name in _STRING_OPERATORS:
@@ -367,12 +392,13 @@ def _operator(name, operand, path, problems):
     if name == "equals":
         return _equality_test(operands)
     bounds = [_comparison_bound(value, path, problems) for value in operands]
-    if any(bound is None for bound in bounds):
+    valid = [bound for bound in bounds if bound is not None]
+    if len(valid) < len(bounds):
         return None
-    return _comparison(_COMPARISONS[name], tuple(bounds))
+    return _comparison(_COMPARISONS[name], tuple(valid))
 
 
-def _anything_but(operand, path, problems):
+def _anything_but(operand: object, path: str, problems: Problems) -> ValueTest | None:
     """``anything-but: [values]`` or ``anything-but: {prefix: [strings]}``."""
     if not isinstance(operand, dict):
         operands = _operand_list(operand, path, problems, "anything-but")
@@ -385,33 +411,37 @@ def _anything_but(operand, path, problems):
     return None if prefixes is None else _anything_but_prefix(tuple(prefixes))
 
 
-def _string_list(operand, path, problems, what):
+def _string_list(operand: object, path: str, problems: Problems, what: str) -> list[str] | None:
     operands = _operand_list(operand, path, problems, what)
     if operands is None:
         return None
-    wrong = [value for value in operands if type(value) is not str]
-    if wrong:
-        problems.add(path, f"{what} takes strings, not {given(wrong[0])}")
-        return None
-    return operands
+    strings = []
+    for value in operands:
+        if not isinstance(value, str):
+            problems.add(path, f"{what} takes strings, not {given(value)}")
+            return None
+        strings.append(value)
+    return strings
 
 
-def _operand_list(operand, path, problems, what):
-    operands = operand if isinstance(operand, list) else [operand]
+def _operand_list(operand: object, path: str, problems: Problems, what: str) -> list[Scalar] | None:
+    operands: list[object] = operand if isinstance(operand, list) else [operand]
     if not operands:
         problems.add(path, f"{what} needs at least one value; an empty list can never match")
         return None
+    scalars: list[Scalar] = []
     for index, value in enumerate(operands):
         if not isinstance(value, _SCALARS):
             where = join(path, index) if isinstance(operand, list) else path
             problems.add(where, f"{what} takes plain values (strings, numbers, booleans, null), not {given(value)}")
             return None
-    return operands
+        scalars.append(value)
+    return scalars
 
 
-def _comparison_bound(value, path, problems):
+def _comparison_bound(value: Scalar, path: str, problems: Problems) -> Bound | None:
     """A numeric bound as ("number", n) or a now() offset as ("now", nanoseconds)."""
-    if type(value) in (int, float):
+    if type(value) is int or type(value) is float:
         if isinstance(value, float) and math.isnan(value):
             problems.add(path, "NaN is not a number any value compares with")
             return None
@@ -440,35 +470,35 @@ def _comparison_bound(value, path, problems):
 # --- tests on a field of a dict -------------------------------------------------
 
 
-def _equality_field(key, operands, path, problems):
+def _equality_field(key: str, operands: list[Scalar], path: str, problems: Problems) -> Compiled:
     if all(type(value) is str for value in operands):
         strings = frozenset(operands)
 
-        def test(container, now):
+        def test(container: JsonObject, now: Now) -> bool:
             value = container.get(key)
             return type(value) is str and value in strings
     else:
         equals = _equality_test(operands)
 
-        def test(container, now):
+        def test(container: JsonObject, now: Now) -> bool:
             value = container.get(key, _MISSING)
             return value is not _MISSING and equals(value, now)
 
     return test, False
 
 
-def _present_field(key, value_tests, when_missing):
+def _present_field(key: str, value_tests: tuple[ValueTest, ...], when_missing: bool) -> FieldTest:
     """A field whose alternatives (OR) are tests on its value when it is present."""
     if len(value_tests) == 1:
         (only,) = value_tests
 
-        def test(container, now):
+        def test(container: JsonObject, now: Now) -> bool:
             value = container.get(key, _MISSING)
             if value is _MISSING:
                 return when_missing
             return only(value, now)
     else:
-        def test(container, now):
+        def test(container: JsonObject, now: Now) -> bool:
             value = container.get(key, _MISSING)
             if value is _MISSING:
                 return when_missing
@@ -483,22 +513,22 @@ def _present_field(key, value_tests, when_missing):
 # --- tests on a value that is present ------------------------------------------
 
 
-def _always(value, now):
+def _always(value: object, now: Now) -> bool:
     return True
 
 
-def _never(value, now):
+def _never(value: object, now: Now) -> bool:
     return False
 
 
-def _equality_test(operands):
+def _equality_test(operands: list[Scalar]) -> ValueTest:
     """Type-preserving equality: 1 == 1.0, but True != 1 and "1" != 1."""
     strings = frozenset(value for value in operands if type(value) is str)
     numbers = frozenset(value for value in operands if type(value) in (int, float))
     booleans = frozenset(value for value in operands if type(value) is bool)
     null = any(value is None for value in operands)
 
-    def test(value, now):
+    def test(value: object, now: Now) -> bool:
         kind = type(value)
         if kind is str:
             return value in strings
@@ -511,59 +541,59 @@ def _equality_test(operands):
     return test
 
 
-def _prefix(prefixes):
-    def test(value, now):
+def _prefix(prefixes: tuple[str, ...]) -> ValueTest:
+    def test(value: object, now: Now) -> bool:
         return type(value) is str and value.startswith(prefixes)
 
     return test
 
 
-def _suffix(suffixes):
-    def test(value, now):
+def _suffix(suffixes: tuple[str, ...]) -> ValueTest:
+    def test(value: object, now: Now) -> bool:
         return type(value) is str and value.endswith(suffixes)
 
     return test
 
 
-def _anything_but_values(operands):
+def _anything_but_values(operands: list[Scalar]) -> ValueTest:
     """Present and equal to none of *operands*: the complement of equality."""
     if all(type(value) is str for value in operands):
         strings = frozenset(operands)
 
-        def test(value, now):
+        def test(value: object, now: Now) -> bool:
             return type(value) is not str or value not in strings
 
         return test
     equals = _equality_test(operands)
 
-    def test_any(value, now):
+    def test_any(value: object, now: Now) -> bool:
         return not equals(value, now)
 
     return test_any
 
 
-def _anything_but_prefix(prefixes):
-    def test(value, now):
+def _anything_but_prefix(prefixes: tuple[str, ...]) -> ValueTest:
+    def test(value: object, now: Now) -> bool:
         return type(value) is str and not value.startswith(prefixes)
 
     return test
 
 
-def _equals_ignore_case(strings):
+def _equals_ignore_case(strings: list[str]) -> ValueTest:
     folded = frozenset(string.casefold() for string in strings)
 
-    def test(value, now):
+    def test(value: object, now: Now) -> bool:
         return type(value) is str and value.casefold() in folded
 
     return test
 
 
-def _wildcard(patterns):
+def _wildcard(patterns: list[str]) -> ValueTest:
     """Whole strings that fit one of *patterns*, where ``*`` stands for any run of characters."""
     exact = frozenset(pattern for pattern in patterns if "*" not in pattern)
     globs = tuple(_glob(pattern) for pattern in patterns if "*" in pattern)
 
-    def test(value, now):
+    def test(value: object, now: Now) -> bool:
         if type(value) is not str:
             return False
         if value in exact:
@@ -576,7 +606,7 @@ def _wildcard(patterns):
     return test
 
 
-def _glob(pattern):
+def _glob(pattern: str) -> Callable[[str], bool]:
     """A linear-time test that a string fits *pattern* (``*`` and literal text).
 
     The text before the first ``*`` must start the string and the text after
@@ -592,7 +622,7 @@ def _glob(pattern):
     start = len(first)
     tail = len(last)
 
-    def fits(value):
+    def fits(value: str) -> bool:
         if len(value) < shortest or not value.startswith(first) or not value.endswith(last):
             return False
         position, end = start, len(value) - tail
@@ -606,18 +636,17 @@ def _glob(pattern):
     return fits
 
 
-def _comparison(compare, bounds):
+def _comparison(compare: Callable[[float, float], bool], bounds: tuple[Bound, ...]) -> ValueTest:
     numbers = tuple(bound for kind, bound in bounds if kind == "number")
     offsets = tuple(bound for kind, bound in bounds if kind == "now")
 
-    def test(value, now):
-        kind = type(value)
-        if kind is int or kind is float:
+    def test(value: object, now: Now) -> bool:
+        if type(value) is int or type(value) is float:
             for bound in numbers:
                 if compare(value, bound):
                     return True
             return False
-        if kind is str and offsets:
+        if type(value) is str and offsets:
             instant = _instant(value)
             if instant is None:
                 return False
@@ -634,7 +663,7 @@ def _comparison(compare, bounds):
     return test
 
 
-def _instant(text):
+def _instant(text: str) -> int | None:
     """Nanoseconds since the epoch of an RFC 3339 timestamp with offset, or None.
 
     Day arithmetic with date.toordinal rather than aware datetimes: this runs
@@ -661,10 +690,10 @@ def _instant(text):
     return seconds * 1_000_000_000 + fraction_ns
 
 
-_last_now = [(None, 0)]  # holds the last datetime _nanoseconds converted, with its answer
+_last_now: list[tuple[Now, int]] = [(None, 0)]  # holds the last datetime _nanoseconds converted, with its answer
 
 
-def _nanoseconds(now):
+def _nanoseconds(now: datetime) -> int:
     aware = now.replace(tzinfo=UTC) if now.tzinfo is None else now
     delta = aware - _EPOCH
     nanoseconds = (delta.days * 86_400 + delta.seconds) * 1_000_000_000 + delta.microseconds * 1000

@@ -12,15 +12,26 @@ functions by name, then rules in file order. A Rules is built once per
 catalog snapshot and never changes.
 """
 
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+
+from relay.functions.function import ActiveFunction
+from relay.functions.patterns import JsonObject, Pattern
+from relay.functions.template import Rule, Schedule
 
 
 @dataclass(frozen=True)
 class Target:
-    """One matched rule of one function: an invocation to run for the entry."""
+    """One invocation to run for an entry: a matched rule of one function, or the schedule
+    an occurrence's entry was published for (relay.stream.plans)."""
 
-    active: object   # relay.functions.ActiveFunction
-    rule: object     # relay.functions.Rule
+    active: ActiveFunction
+    rule: Rule | Schedule
+
+
+_Tested = tuple[tuple[Target, Callable[[JsonObject], bool]], ...]   # targets, each with its pattern's test
 
 
 class Rules:
@@ -28,16 +39,19 @@ class Rules:
 
     __slots__ = ("functions", "field", "_by_value", "_unkeyed")
 
-    def __init__(self, functions):
+    def __init__(self, functions: Iterable[ActiveFunction]) -> None:
         self.functions = tuple(functions)
-        targets = tuple(Target(active, rule) for active in self.functions for rule in active.function.template.rules)
-        self.field = field = _best_field(targets)
-        self._unkeyed = _tested(target for target in targets if field not in target.rule.pattern.required)
-        values = {value for target in targets for value in target.rule.pattern.required.get(field, ())}
-        self._by_value = {value: _tested(target for target in targets if _allows(target, field, value))
-                          for value in values}
+        indexed = tuple((Target(active, rule), rule.pattern) for active in self.functions
+                        for rule in active.function.template.rules)
+        self.field = field = _best_field([pattern for _, pattern in indexed])
+        self._unkeyed: _Tested = _tested(item for item in indexed if field not in item[1].required)
+        self._by_value: dict[str, _Tested] = {}
+        if field is not None:
+            values = {value for _, pattern in indexed for value in pattern.required.get(field, ())}
+            self._by_value = {value: _tested(item for item in indexed if _allows(item[1], field, value))
+                              for value in values}
 
-    def matching(self, event):
+    def matching(self, event: JsonObject) -> tuple[Target, ...]:
         """The targets whose pattern matches *event*, a dict."""
         candidates = self._unkeyed
         if self.field is not None:
@@ -46,31 +60,31 @@ class Rules:
                 candidates = self._by_value.get(value, self._unkeyed)
         return tuple(target for target, matches in candidates if matches(event))
 
-    def candidates(self):
+    def candidates(self) -> tuple[int, int]:
         """How many rules an event is tested against: (fewest, most)."""
         sizes = [len(self._unkeyed), *(len(listed) for listed in self._by_value.values())]
         return min(sizes), max(sizes)
 
 
-def _tested(targets):
+def _tested(indexed: Iterable[tuple[Target, Pattern]]) -> _Tested:
     """(target, its pattern's matches) pairs: the consumer's loop calls it without looking it up."""
-    return tuple((target, target.rule.pattern.matches) for target in targets)
+    return tuple((target, pattern.matches) for target, pattern in indexed)
 
 
-def _allows(target, field, value):
-    """Whether *target*'s pattern can match an event whose *field* is the string *value*."""
-    required = target.rule.pattern.required.get(field)
+def _allows(pattern: Pattern, field: str, value: str) -> bool:
+    """Whether *pattern* can match an event whose *field* is the string *value*."""
+    required = pattern.required.get(field)
     return required is None or value in required
 
 
-def _best_field(targets):
+def _best_field(patterns: Sequence[Pattern]) -> str | None:
     """The field that leaves the fewest rules to test for an average value of it, or None."""
-    best, best_cost = None, len(targets)
-    fields = sorted({field for target in targets for field in target.rule.pattern.required})
+    best, best_cost = None, float(len(patterns))
+    fields = sorted({field for pattern in patterns for field in pattern.required})
     for field in fields:
-        keyed = [target.rule.pattern.required[field] for target in targets if field in target.rule.pattern.required]
+        keyed = [pattern.required[field] for pattern in patterns if field in pattern.required]
         distinct = len(set().union(*keyed))
-        cost = (len(targets) - len(keyed)) + sum(len(values) for values in keyed) / distinct
+        cost = (len(patterns) - len(keyed)) + sum(len(values) for values in keyed) / distinct
         if cost < best_cost:
             best, best_cost = field, cost
     return best

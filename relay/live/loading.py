@@ -7,10 +7,13 @@ neither are hidden directories: git sync stages its copies in
 ``.relay-sync-*`` before renaming them into place.
 """
 
+from __future__ import annotations
+
+import os
 from pathlib import Path
 
 
-def function_names(functions_dir):
+def function_names(functions_dir: str | os.PathLike[str]) -> list[str]:
     """The names of the directories directly under *functions_dir*, sorted; [] when it is missing."""
     root = Path(functions_dir)
     try:

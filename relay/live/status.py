@@ -5,6 +5,8 @@ changes; the state view (relay.view.writer) turns them into its rows. The
 reconciler knows nothing of rows or SQLite, the view nothing of reconciling.
 """
 
+from __future__ import annotations
+
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import Enum
@@ -33,7 +35,7 @@ class FunctionStatus:
     last_error: str | None = None       # why the last reconcile failed
 
     @property
-    def name(self):
+    def name(self) -> str:
         return self.function.name
 
 

@@ -14,11 +14,14 @@ Nothing is built or run, and neither Redis nor Docker is needed.
 
 from __future__ import annotations
 
+import os
+from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 
 from relay.errors import BuildError, InvalidTemplate, MissingTemplate, TemplateError
 from relay.functions.function import TEMPLATE_FILE, inspect_function
+from relay.functions.parser import CheckedTemplate
 from relay.functions.problems import ERROR, WARNING, Problem, show
 from relay.functions.regular import special_files
 from relay.live.loading import function_names
@@ -38,7 +41,7 @@ class Finding:
     severity: str = ERROR
     line: int | None = None
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, str | int | None]:
         """The JSON form; ``field`` and ``path`` are the same field path (``field`` kept for older scripts)."""
         return {"function": self.function, "file": self.file, "line": self.line, "path": self.field,
                 "field": self.field, "severity": self.severity, "message": self.message}
@@ -49,22 +52,24 @@ class Finding:
         return f"{where}: {self.message}" if self.severity == ERROR else f"{where}: warning: {self.message}"
 
 
-def validate(root, secret_names=None, webhook_secret=None) -> tuple[int, list[Finding]]:
+def validate(root: str | os.PathLike[str], secret_names: Collection[str] | None = None,
+             webhook_secret: str | None = None) -> tuple[int, list[Finding]]:
     """(how many function directories *root* holds, every finding), in name order.
 
     *secret_names* are the local store's secrets (None: not checked).
     """
-    root = Path(root)
-    if not root.is_dir():
-        return 0, [Finding("", str(root), "", "is not a directory" if root.exists() else "does not exist")]
-    names = function_names(root)
+    top = Path(root)
+    if not top.is_dir():
+        return 0, [Finding("", str(top), "", "is not a directory" if top.exists() else "does not exist")]
+    names = function_names(top)
     findings: list[Finding] = []
     for name in names:
-        findings += validate_function(root / name, secret_names, webhook_secret)
+        findings += validate_function(top / name, secret_names, webhook_secret)
     return len(names), findings
 
 
-def validate_function(directory: Path, secret_names=None, webhook_secret=None) -> list[Finding]:
+def validate_function(directory: Path, secret_names: Collection[str] | None = None,
+                      webhook_secret: str | None = None) -> list[Finding]:
     name = directory.name
     problem = function_name_problem(name, render=show)
     if problem:
@@ -89,15 +94,18 @@ def validate_function(directory: Path, secret_names=None, webhook_secret=None) -
     return sorted(findings, key=lambda finding: (finding.file != template_path, finding.file, finding.line or 0))
 
 
-def _finding(function, source, problem: Problem) -> Finding:
+def _finding(function: str, source: str, problem: Problem) -> Finding:
     return Finding(function, problem.file or source, problem.path, problem.message, problem.severity,
                    None if problem.file else problem.line)
 
 
-def _handler_files(directory, checked, template_path, refused):
+def _handler_files(directory: Path, checked: CheckedTemplate, template_path: str,
+                   refused: frozenset[str]) -> list[Finding]:
     """A handler whose module is no regular file where the bootstrap looks (unless already refused as one)."""
     from relay.runtime.registry import RUNTIMES
 
+    if checked.runtime is None:
+        return []
     runtime = RUNTIMES[checked.runtime]
     found = []
     for handler in checked.handlers:
@@ -110,7 +118,7 @@ def _handler_files(directory, checked, template_path, refused):
     return found
 
 
-def _manifests(directory, runtime_name, refused):
+def _manifests(directory: Path, runtime_name: str, refused: frozenset[str]) -> list[Finding]:
     """The installer's missing companions (a package-lock.json without its package.json)."""
     from relay.runtime.recipes import dependency_recipe
     from relay.runtime.registry import RUNTIMES
@@ -125,7 +133,7 @@ def _manifests(directory, runtime_name, refused):
     return []
 
 
-def _left_out(directory, refused):
+def _left_out(directory: Path, refused: frozenset[str]) -> list[Finding]:
     """FIFOs, sockets and devices Relay does not refuse: they never reach the image."""
     try:
         found = special_files(directory)
@@ -136,7 +144,8 @@ def _left_out(directory, refused):
             for relative, kind in found if relative not in refused]
 
 
-def _secrets(name, checked, template_path, secret_names):
+def _secrets(name: str, checked: CheckedTemplate, template_path: str,
+             secret_names: Collection[str] | None) -> list[Finding]:
     if secret_names is None:
         return []
     return [Finding(name, template_path, f"secrets.{variable}",

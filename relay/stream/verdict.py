@@ -42,7 +42,7 @@ from enum import Enum
 from typing import overload
 
 from relay.durations import MILLISECOND, SECOND, format_compact
-from relay.functions.template import DEAD_LETTER as ON_EXPIRED_DEAD_LETTER
+from relay.functions.template import OnExpired
 from relay.stream import markers
 from relay.stream.keys import SCHEDULE_UNRECORDED, target_field
 from relay.stream.markers import Action, Decision, Marker
@@ -155,7 +155,7 @@ def _judge(plan: Plan, outcomes: Mapping[int, TargetOutcome], stored: Mapping[st
     expired = [(target, outcome) for target, outcome in zip(plan.targets, judged, strict=True)
                if outcome.status is Status.EXPIRED]
     expired_functions = tuple(sorted({target.active.name for target, _ in expired}))
-    dead = [(target, outcome) for target, outcome in expired if target.rule.on_expired == ON_EXPIRED_DEAD_LETTER]
+    dead = [(target, outcome) for target, outcome in expired if target.rule.on_expired is OnExpired.DEAD_LETTER]
     if not exhausted and not dead:
         return Settlement(Verdict.ACK, Cause.EXPIRED, expired=expired_functions)
     reasons = []
