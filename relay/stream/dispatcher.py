@@ -36,7 +36,6 @@ import logging
 import random
 import time
 from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass
 from enum import Enum
 
 import gevent
@@ -50,6 +49,7 @@ from relay.stream.keys import idempotency_key, target_field
 from relay.stream.limits import Blocked, Limit
 from relay.stream.markers import Action, decide
 from relay.stream.plans import Plan
+from relay.stream.seams import RetryDue
 from relay.stream.settle import takes_prelude
 from relay.stream.verdict import (
     COMPLETE,
@@ -74,16 +74,6 @@ class NotRun(Enum):
 
     NO_SLOT = "no slot"                       # the slots, the rate or the key stayed busy: stop, leave pending
     CLAIMED_ELSEWHERE = "claimed elsewhere"   # another worker started this attempt first: go on
-
-
-@dataclass(frozen=True, slots=True)
-class RetryDue:
-    """An entry left pending for a retry due *delay* seconds after its attempt failed here (or,
-    *after_failure* False, after its marker was found still waiting): waiting that long from
-    now never starts it early."""
-
-    delay: float
-    after_failure: bool
 
 
 class Dispatcher:

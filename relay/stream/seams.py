@@ -5,14 +5,18 @@ the classes behind them: a test passes a scripted executor, the benchmark
 its own pieces, and a second execution path (warm containers) only has to
 fit the Executor seam. relay.wiring puts the real ones together.
 
-Types only: nothing here runs, and the imports the annotations need are
-for the type checker alone, so importing this module costs nothing.
+Types only: the Protocols, and the few plain values and aliases that cross
+them (RetryDue, EntryIds, Prelude). The imports the annotations need are for
+the type checker alone, so importing this module costs nothing, and nothing
+here imports the modules that implement the seams: this is a leaf of the
+stream engine, below the dispatcher and the Settler.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
@@ -22,10 +26,8 @@ if TYPE_CHECKING:
     from relay.functions.rules import Rules
     from relay.functions.template import Template
     from relay.runtime.invocation import Invocation, Outcome
-    from relay.stream.dispatcher import RetryDue
     from relay.stream.limits import Blocked, Limit, Passage
     from relay.stream.plans import Plan
-    from relay.stream.settle import EntryIds, Prelude
     from relay.stream.verdict import Settlement
 
 Environment = Callable[["Function"], Mapping[str, str]]
@@ -33,6 +35,22 @@ Environment = Callable[["Function"], Mapping[str, str]]
 
 Clock = Callable[[], int]
 """The time in unix nanoseconds."""
+
+EntryIds = Sequence[str | bytes]
+"""Stream entry ids, as Relay names them or as Redis sent them."""
+
+Prelude = Callable[["Pipeline"], object]
+"""Puts commands on the acknowledgment's pipeline (the Settler's ``settle``), ahead of the XACK."""
+
+
+@dataclass(frozen=True, slots=True)
+class RetryDue:
+    """An entry left pending for a retry due *delay* seconds after its attempt failed here (or,
+    *after_failure* False, after its marker was found still waiting): waiting that long from
+    now never starts it early."""
+
+    delay: float
+    after_failure: bool
 
 
 class Executor(Protocol):
