@@ -12,15 +12,22 @@ functions by name, then rules in file order. A Rules is built once per
 catalog snapshot and never changes.
 """
 
+from __future__ import annotations
+
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from relay.functions.function import ActiveFunction
+    from relay.functions.template import Rule, Schedule
 
 
 @dataclass(frozen=True)
 class Target:
     """One matched rule of one function: an invocation to run for the entry."""
 
-    active: object   # relay.functions.ActiveFunction
-    rule: object     # relay.functions.Rule
+    active: ActiveFunction
+    rule: Rule | Schedule   # a Schedule for a schedule occurrence's entry
 
 
 class Rules:
