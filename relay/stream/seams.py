@@ -6,7 +6,7 @@ its own pieces, and a second execution path (warm containers) only has to
 fit the Executor seam. relay.wiring puts the real ones together.
 
 Types only: the Protocols, and the few plain values and aliases that cross
-them (RetryDue, EntryIds, Prelude). The imports the annotations need are for
+them (RetryDue, Refusal, EntryIds, Prelude). The imports the annotations need are for
 the type checker alone, so importing this module costs nothing, and nothing
 here imports the modules that implement the seams: this is a leaf of the
 stream engine, below the dispatcher and the Settler.
@@ -17,13 +17,14 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
+from enum import Enum
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
     from redis.client import Pipeline
 
     from relay.functions import Function
-    from relay.functions.rules import Rules
+    from relay.functions.rules import Rules, Target
     from relay.functions.template import Template
     from relay.runtime.invocation import Invocation, Outcome
     from relay.stream.limits import Blocked, Limit, Passage
@@ -95,6 +96,22 @@ class Provenance(Protocol):
 
     def published(self, plan: Plan) -> str | None:
         """The entry id the occurrence's dedup key holds, None without one; raises redis.RedisError."""
+
+
+class Refusal(Enum):
+    """Why an invocation was not admitted within the slot wait (Admission); it is left pending at no attempt's cost."""
+
+    NO_SLOT = "no slot"                   # the worker's slots, or the function's, stayed busy
+    RATE_LIMIT = "rate limit"             # the function's rate_limit had no permit in time
+    CONCURRENCY_KEY = "concurrency key"   # another invocation held the event's concurrency_key
+
+
+class Admission(Protocol):
+    """Whether an invocation may start: the worker's Slots and its function's fleet-wide Limits together
+    (relay.stream.admission). The answer is a context manager to hold while the invocation runs, which
+    gives everything back at the end of its ``with`` block, or a Refusal."""
+
+    def admit(self, target: Target, event: dict | None) -> AbstractContextManager[object] | Refusal: ...
 
 
 class Slots(Protocol):

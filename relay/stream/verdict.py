@@ -39,7 +39,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import Enum
-from typing import overload
+from typing import TYPE_CHECKING, overload
 
 from relay.durations import MILLISECOND, SECOND, format_compact
 from relay.functions.template import DEAD_LETTER as ON_EXPIRED_DEAD_LETTER
@@ -47,6 +47,9 @@ from relay.stream import markers
 from relay.stream.keys import SCHEDULE_UNRECORDED, target_field
 from relay.stream.markers import Action, Decision, Marker
 from relay.stream.plans import Plan
+
+if TYPE_CHECKING:
+    from relay.functions.rules import Target
 
 
 class Status(Enum):
@@ -195,10 +198,21 @@ def decide_provenance(plan: Plan, published: str | None) -> Settlement | None:
     return Settlement(Verdict.DEAD_LETTER, Cause.FORGED, reason=f"{NOT_PUBLISHED}: {why}")
 
 
-def stored_outcome(plan: Plan, target, raw: bytes | str | None, now: int) -> TargetOutcome:
-    """A target this dispatch did not reach, by its stored marker: complete, exhausted, expired, or open."""
+def stored_outcome(plan: Plan, target: Target, raw: bytes | str | None, now: int) -> TargetOutcome:
+    """A target this dispatch did not reach, by its stored marker *raw* at *now* (unix ns)."""
     marker = markers.parse(raw)
-    decision = markers.decide(marker, now, target.rule.retries)
+    return marked_outcome(plan, target, marker, markers.decide(marker, now, target.rule.retries), now)
+
+
+def marked_outcome(plan: Plan, target: Target, marker: Marker, decision: Decision, now: int) -> TargetOutcome:
+    """Where *target* stands by its *marker* and the *decision* it gives at *now* (relay.stream.markers):
+    complete, exhausted, expired, or open (it may still run: now, once a backoff or a running attempt
+    is over, or once an attempt that died with its worker is recorded exhausted).
+
+    The one judgement of a target's marker: the settle decision makes it of
+    the targets a dispatch did not reach (``stored_outcome``), the dispatcher
+    of each target before it runs one.
+    """
     if decision.action is Action.SKIP_COMPLETE:
         return COMPLETE
     if decision.action is Action.SKIP_TERMINAL:
