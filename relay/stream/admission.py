@@ -56,7 +56,7 @@ class Admission:
         self.observer = observer
         self.slot_wait = slot_wait
 
-    def admit(self, target: Target, event: dict | None) -> Ticket | Refusal:
+    def admit(self, target: Target, event: dict[str, object] | None) -> Ticket | Refusal:
         """A Ticket for *target*'s invocation on *event*, or why it was refused within the slot wait."""
         active = target.active
         template = active.function.template

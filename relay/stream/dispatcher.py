@@ -39,6 +39,7 @@ import random
 import time
 from contextlib import ExitStack
 from enum import Enum
+from typing import TYPE_CHECKING
 
 import redis
 
@@ -47,7 +48,7 @@ from relay.errors import RelayError
 from relay.runtime.invocation import Invocation, Outcome
 from relay.stream import markers, seams
 from relay.stream.keys import idempotency_key, target_field
-from relay.stream.markers import Action, decide
+from relay.stream.markers import Action, Marker, decide
 from relay.stream.plans import Plan
 from relay.stream.seams import Refusal, RetryDue
 from relay.stream.settle import takes_prelude
@@ -62,6 +63,9 @@ from relay.stream.verdict import (
     expiry_reason,
     marked_outcome,
 )
+
+if TYPE_CHECKING:
+    from relay.functions.rules import Target
 
 log = logging.getLogger("relay.stream.dispatcher")
 
@@ -110,11 +114,11 @@ class Dispatcher:
                 pins.enter_context(self.pins.holding(image))
             return self._dispatch(plan)
 
-    def _dispatch(self, plan):
+    def _dispatch(self, plan: Plan) -> RetryDue | None:
         stored = self.store.load(plan.message_id)
-        outcomes = {}
-        unwritten = None      # the field of a target that completed here, its marker not written yet
-        retry = None          # the target the dispatch stopped at waits out a backoff
+        outcomes: dict[int, TargetOutcome] = {}
+        unwritten: str | None = None   # the field of a target that completed here, its marker not written yet
+        retry: RetryDue | None = None  # the target the dispatch stopped at waits out a backoff
         for index, target in enumerate(plan.targets):
             field = target_field(target)
             raw = stored.get(field)
@@ -165,7 +169,7 @@ class Dispatcher:
             return OPEN
         return decide_provenance(plan, published)
 
-    def _settle(self, plan, settlement, unwritten):
+    def _settle(self, plan: Plan, settlement: Settlement, unwritten: str | None) -> None:
         """Settle the entry, with the marker of the target that completed last (*unwritten*).
 
         When the entry is acknowledged and its state cleared, the marker goes in
@@ -183,7 +187,7 @@ class Dispatcher:
 
     # --- one invocation ---------------------------------------------------------
 
-    def _run(self, plan, target, raw, attempt):
+    def _run(self, plan: Plan, target: Target, raw: bytes | None, attempt: int) -> TargetOutcome | NotRun:
         """Run one attempt: its TargetOutcome, or why it did not run (NotRun)."""
         admitted = self.admission.admit(target, plan.event)
         if isinstance(admitted, Refusal):
@@ -204,7 +208,7 @@ class Dispatcher:
             return TargetOutcome(Status.OPEN, attempt)
         return self._record(plan, target, attempt, outcome)
 
-    def _execute(self, plan, target, attempt):
+    def _execute(self, plan: Plan, target: Target, attempt: int) -> Outcome:
         """The attempt's Outcome, between the invocation_started and invocation_finished events."""
         name, handler = target.active.name, target.rule.handler
         self.observer.invocation_started(name, handler, attempt)
@@ -215,8 +219,9 @@ class Dispatcher:
         finally:
             self.observer.invocation_finished(name, handler, attempt, outcome)
 
-    def _invoke(self, plan, target, attempt):
+    def _invoke(self, plan: Plan, target: Target, attempt: int) -> Outcome:
         active = target.active
+        assert plan.payload is not None, "an entry with targets was read as text"
         try:
             env = self.environment(active.function)
         except RelayError as error:
@@ -230,7 +235,7 @@ class Dispatcher:
             idempotency_key=plan.occurrence or idempotency_key(self.stream, plan.message_id, target))
         return self.executor.run(invocation)
 
-    def _record(self, plan, target, attempt, outcome):
+    def _record(self, plan: Plan, target: Target, attempt: int, outcome: Outcome) -> TargetOutcome:
         attrs = _attrs(plan, target, attempt=attempt, duration=f"{outcome.duration:.3f}s",
                        exit_code=outcome.exit_code)
         if outcome.ok:    # its marker is written by _dispatch: with the next run, or with the acknowledgment
@@ -251,7 +256,7 @@ class Dispatcher:
         return TargetOutcome(Status.OPEN, attempt, wait)
 
 
-def _backing_off(marker, now):
+def _backing_off(marker: Marker, now: int) -> RetryDue | None:
     """The RetryDue of an invocation found waiting out its backoff, else None (it is running)."""
     return RetryDue((marker.deadline - now) / 1e9, after_failure=False) if marker.kind == markers.WAITING else None
 
@@ -261,8 +266,9 @@ _LEFT_PENDING = {Refusal.NO_SLOT: "No concurrency slot free; entry left pending"
                  Refusal.CONCURRENCY_KEY: "Concurrency key held by another invocation; entry left pending"}
 
 
-def _attrs(plan, target, **more):
-    attrs = {"function": target.active.name, "handler": target.rule.handler, "message_id": plan.message_id,
-             "event_id": plan.event_id, "event_name": plan.event_name}
+def _attrs(plan: Plan, target: Target, **more: object) -> dict[str, object]:
+    attrs: dict[str, object] = {
+        "function": target.active.name, "handler": target.rule.handler, "message_id": plan.message_id,
+        "event_id": plan.event_id, "event_name": plan.event_name}
     attrs.update(more)
     return {key: value for key, value in attrs.items() if value is not None}

@@ -111,7 +111,7 @@ class Admission(Protocol):
     (relay.stream.admission). The answer is a context manager to hold while the invocation runs, which
     gives everything back at the end of its ``with`` block, or a Refusal."""
 
-    def admit(self, target: Target, event: dict | None) -> AbstractContextManager[object] | Refusal: ...
+    def admit(self, target: Target, event: dict[str, object] | None) -> AbstractContextManager[object] | Refusal: ...
 
 
 class Slots(Protocol):
@@ -129,7 +129,8 @@ class Limits(Protocol):
     invocation passes. Only functions with a limit are asked.
     """
 
-    def enter(self, function: str, template: Template, event: dict | None, timeout: int) -> Passage | Blocked: ...
+    def enter(self, function: str, template: Template, event: dict[str, object] | None,
+              timeout: int) -> Passage | Blocked: ...
 
     def leave(self, passage: Passage) -> None: ...
 

@@ -220,7 +220,7 @@ def marked_outcome(plan: Plan, target: Target, marker: Marker, decision: Decisio
     return expired(plan, target, marker, decision, now) or TargetOutcome(Status.OPEN)
 
 
-def expired(plan: Plan, target, marker: Marker, decision: Decision, now: int) -> TargetOutcome | None:
+def expired(plan: Plan, target: Target, marker: Marker, decision: Decision, now: int) -> TargetOutcome | None:
     """EXPIRED when *target* would still run, now or once its backoff is over, but the entry is older
     than its rule's max_event_age at *now* (unix ns); else None.
 
@@ -239,7 +239,7 @@ def expired(plan: Plan, target, marker: Marker, decision: Decision, now: int) ->
     return TargetOutcome(Status.EXPIRED, marker.attempts)
 
 
-def expiry_reason(plan: Plan, target, now: int) -> str:
+def expiry_reason(plan: Plan, target: Target, now: int) -> str:
     """The dead-letter reason of an expired target: ``older than max_event_age (1h): 3h12m``.
 
     The age is cut to whole seconds (to milliseconds under a second).
