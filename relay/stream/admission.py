@@ -61,9 +61,10 @@ class Admission:
         active = target.active
         template = active.function.template
         if template.rate_limit is None and template.concurrency_key is None:
-            with Ticket() as held:
-                if held.enter_context(self.slots.hold(active.name, template.running_limit, self.slot_wait)):
-                    return held.pop_all()
+            ticket = Ticket()
+            if ticket.enter_context(self.slots.hold(active.name, template.running_limit, self.slot_wait)):
+                return ticket
+            ticket.close()
             return Refusal.NO_SLOT
         deadline = time.monotonic() + self.slot_wait
         waited: dict[Limit, float] = {}
