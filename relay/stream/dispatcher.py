@@ -8,11 +8,11 @@ relay.stream.verdict.decide_provenance). Entries without the field never pay
 for the check.
 
 For every target (functions by name, rules in file order) its stored
-marker says where it stands (relay.stream.verdict.stored_outcome, the same
-judgement the settle decision makes of targets a dispatch does not reach):
-completed and exhausted invocations are skipped, one whose entry is older
-than its rule's max_event_age is expired (not run; the later ones still
-run), and an eligible one is admitted (relay.stream.admission: its
+marker says where it stands (relay.stream.verdict.marked_outcome: the
+judgement the settle decision makes of the targets a dispatch does not
+reach): completed and exhausted invocations are skipped, one whose entry
+is older than its rule's max_event_age is expired (not run; the later ones
+still run), and an eligible one is admitted (relay.stream.admission: its
 concurrency slots and, when the template sets any, its function's
 fleet-wide limits), is claimed, and runs. A failure, an invocation still
 running elsewhere or waiting out its backoff, or a refused admission stops
