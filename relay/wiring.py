@@ -19,8 +19,9 @@ import redis
 from relay.config import DEFAULT_MAX_EVENT_BYTES
 from relay.metrics.prometheus import Metrics, PrometheusObserver
 from relay.stream import seams
+from relay.stream.admission import SLOT_WAIT, Admission
 from relay.stream.consumer import MIN_IDLE, READ_BLOCK_MS, RECLAIM_INTERVAL, Buffer, Consumer
-from relay.stream.dispatcher import SLOT_WAIT, Dispatcher
+from relay.stream.dispatcher import Dispatcher
 from relay.stream.invocations import InvocationStore
 from relay.stream.keys import StreamAddress
 from relay.stream.limits import FleetLimits
@@ -68,9 +69,10 @@ def build_engine(client: redis.Redis, address: StreamAddress, *, catalog: seams.
     buffer = Buffer(max_buffered_events, metrics.buffered_events)
     if limits is None:
         limits = FleetLimits(client, address)
-    dispatcher = Dispatcher(stream=address.stream, store=store, settler=settler, executor=executor, slots=slots,
-                            observer=observer, environment=environment, pins=pins, limits=limits,
-                            provenance=Provenance(client), clock=clock, slot_wait=slot_wait)
+    admission = Admission(slots, limits, observer, slot_wait)
+    dispatcher = Dispatcher(stream=address.stream, store=store, settler=settler, executor=executor,
+                            admission=admission, observer=observer, environment=environment, pins=pins,
+                            provenance=Provenance(client), clock=clock)
     consumer = Consumer(client=client, address=address, catalog=catalog, dispatcher=dispatcher, settler=settler,
                         buffer=buffer, observer=observer, block_ms=block_ms, reclaim_interval=reclaim_interval,
                         min_idle=min_idle, max_event_bytes=max_event_bytes)

@@ -1,5 +1,9 @@
 """deploy/prometheus-alerts.yaml proven with ``promtool test rules`` (Debian's prometheus package,
-installed by scripts/setup), and deploy/grafana-dashboard.json's queries scoped to a job."""
+installed by scripts/setup), and deploy/grafana-dashboard.json's queries scoped to a job.
+
+The tests that run promtool are marked integration: like Redis and Docker,
+it is something scripts/setup installs, and the pure suite
+(``-m "not integration"``) skips the setup. The rest read the files alone."""
 
 import json
 import re
@@ -80,18 +84,23 @@ CASES = {
 }
 
 
+needs_promtool = pytest.mark.integration
+
+
 def promtool():
     path = shutil.which("promtool")
     assert path, "promtool is missing: run scripts/setup (Debian's prometheus package)"
     return path
 
 
+@needs_promtool
 def test_the_rules_are_valid():
     result = subprocess.run([promtool(), "check", "rules", str(ALERTS)], capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "SUCCESS: 5 rules found" in result.stdout
 
 
+@needs_promtool
 @pytest.mark.parametrize("case", CASES)
 def test_rule_behaviour(case, tmp_path):
     series, tests = CASES[case]
@@ -166,6 +175,7 @@ def test_every_metric_the_dashboard_queries_is_one_relay_exposes():
     assert queried - exposed_series() == set()
 
 
+@needs_promtool
 def test_every_dashboard_query_is_valid_promql(tmp_path):
     rules = [{"record": f"dashboard:query_{index}", "expr": as_promql(expr)}
              for index, (_title, expr) in enumerate(dashboard_queries())]

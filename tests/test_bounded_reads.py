@@ -19,7 +19,7 @@ from gevent.event import Event
 
 from relay.reply_cap import cap_replies
 from relay.stream.plans import KEPT_PREFIX_BYTES, MAX_OTHER_FIELD_BYTES
-from tests.test_dispatch import AUDIT, GROUP, ORDERS, STREAM, Engine
+from tests.support.engine import AUDIT, GROUP, ORDERS, STREAM, Engine
 
 ORDER = json.dumps({"kind": "order"})
 CAP = 1024 * 1024

@@ -12,7 +12,7 @@ import redis
 
 from relay.stream import markers
 from relay.stream.keys import dlq_stream
-from tests.test_dispatch import AUDIT, GROUP, ORDERS, STREAM, Engine
+from tests.support.engine import AUDIT, GROUP, ORDERS, STREAM, Engine
 
 UNMATCHED = {"kind": "nothing-wants-this"}
 

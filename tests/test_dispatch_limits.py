@@ -3,7 +3,7 @@
 The limits here are a scripted fake (the Lua scripts and leases are tested
 against Redis in test_limits.py): it refuses as told, records what it was
 asked, and checks the slots it is asked under. The store, the Settler and
-the consumer are the real ones on a real redis-server, as in test_dispatch.
+the consumer are the real ones on a real redis-server (tests/support/engine.py).
 """
 
 import logging
@@ -15,7 +15,7 @@ from relay.durations import SECOND
 from relay.stream import markers
 from relay.stream.keys import invocation_key
 from relay.stream.limits import Blocked, Limit, Passage
-from tests.test_dispatch import AUDIT, GROUP, STREAM, Engine, Result, function, value
+from tests.support.engine import AUDIT, GROUP, STREAM, Engine, Result, function, value
 
 RATED = function("rated", """
 runtime: python3.14

@@ -3,7 +3,7 @@
 No entry, however deep, large, binary or broken, may end the read loop or the
 reclaimer: each one is dead-lettered with a reason and acknowledged, and the
 entries after it in the batch are handled as usual. The handlers are the
-scripted executor of test_dispatch; test_hostile_input_e2e.py runs the same
+scripted executor of tests/support/engine.py; test_hostile_input_e2e.py runs the same
 inputs through ``relay start``. Each test runs with orjson and without it
 (tests/support/decoders.py).
 """
@@ -17,7 +17,7 @@ from relay.stream import markers
 from relay.stream.plans import KEPT_PREFIX_BYTES, MAX_EVENT_DEPTH, TOO_DEEP
 from relay.stream.settle import dlq_stream
 from tests.support.decoders import DECODERS, use_decoder
-from tests.test_dispatch import AUDIT, GROUP, ORDERS, STREAM, Engine, Result
+from tests.support.engine import AUDIT, GROUP, ORDERS, STREAM, Engine, Result
 
 ORDER = {"kind": "order"}
 

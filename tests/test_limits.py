@@ -34,9 +34,9 @@ from relay.stream.limits import (
     burst,
     key_digest,
 )
+from tests.support.engine import Engine, function
 from tests.support.redis_server import free_port
 from tests.support.relay_process import ROOT
-from tests.test_dispatch import Engine, function
 
 ADDRESS = StreamAddress("events", "relay", "worker-a")
 OTHER = StreamAddress("events", "relay", "worker-b")

@@ -13,7 +13,7 @@ from relay.metrics.prometheus import Metrics
 from relay.stream.deadletters import DeadLetters
 from relay.stream.keys import dlq_stream
 from relay.stream.schedules import Occurrence, Publisher, Scheduler, next_instant, parse_occurrence_id
-from tests.test_dispatch import STREAM, Engine, Result, function, value
+from tests.support.engine import STREAM, Engine, Result, function, value
 
 
 def occurrences(cron, zone, start, count):

@@ -54,9 +54,9 @@ from relay.stream import seams
 from relay.stream.claims import Claims
 from relay.stream.group import ensure_group, is_missing_group
 from relay.stream.keys import REDRIVEN_FROM_FIELD, StreamAddress
-from relay.stream.plans import MAX_OTHER_FIELD_BYTES, Oversized, plan_entry
+from relay.stream.plans import MAX_OTHER_FIELD_BYTES, Oversized, Plan, plan_entry
 from relay.stream.resilience import Outage
-from relay.stream.verdict import Cause, decide_settlement
+from relay.stream.verdict import Cause, Settlement, decide_settlement
 
 Entries = Sequence[tuple[bytes | str, dict[bytes, bytes] | Oversized | None]]
 StreamResponse = list[tuple[bytes, Entries]]   # XREADGROUP's reply: (stream, entries) pairs
@@ -234,7 +234,7 @@ class Consumer:
             self.settler.settle_unmatched(acks)
             self.buffer.release(len(acks))
 
-    def _acknowledged(self, acks, reply):
+    def _acknowledged(self, acks: list[bytes | str], reply: object) -> None:
         self.settler.unmatched_acknowledged(acks, reply)
         self.buffer.release(len(acks))
 
@@ -326,20 +326,21 @@ class Consumer:
             self.observer.received(events)
         return unmatched
 
-    def _settle(self, plan, settlement):
+    def _settle(self, plan: Plan, settlement: Settlement) -> None:
         _explain(plan, settlement)
         self.settler.settle(plan, settlement)
         self.buffer.release()
 
-    def _start_dispatch(self, plan):
+    def _start_dispatch(self, plan: Plan) -> None:
         if not plan.scheduled:
             for name in dict.fromkeys(target.active.name for target in plan.targets):
                 self.observer.matched(name)
         self.in_flight.add(plan.message_id)
         self.dispatches.spawn(self._dispatch, plan)
 
-    def _dispatch(self, plan):
-        message_id, holding = plan.message_id, False
+    def _dispatch(self, first: Plan) -> None:
+        message_id, holding = first.message_id, False
+        plan: Plan | None = first
         try:
             while plan is not None:
                 retry = self.dispatcher.dispatch(plan)
@@ -352,7 +353,7 @@ class Consumer:
             self.in_flight.discard(message_id)
             self.buffer.release()
 
-    def _hold(self, message_id, retry, holding):
+    def _hold(self, message_id: str, retry: seams.RetryDue, holding: bool) -> bool:
         """Wait for a retry due sooner than the reclaimer would bring the entry back; False when it
         is the reclaimer's or Relay is stopping (the entry stays pending for another worker).
 
@@ -369,7 +370,7 @@ class Consumer:
             return False
         return True
 
-    def _take_back(self, message_id):
+    def _take_back(self, message_id: str) -> Plan | None:
         """The entry's plan again, when its retry is due: claimed anew (XCLAIM), planned against the
         current rules, as a reclaim would; None when it needs no dispatch (settled here or elsewhere).
 
@@ -395,7 +396,7 @@ class Consumer:
             self.settler.settle(plan, settlement)
         return None
 
-    def _trouble(self, error, outage):
+    def _trouble(self, error: Exception, outage: Outage) -> None:
         if is_missing_group(error):
             log.warning("Consumer group is gone (was Redis reset?); creating it again",
                         extra={"stream": self.address.stream, "group": self.address.group})
@@ -407,7 +408,7 @@ class Consumer:
         outage.failed(error)
 
 
-def _explain(plan, settlement):
+def _explain(plan: Plan, settlement: Settlement) -> None:
     """Log why an entry is settled without a dispatch (a trimmed entry goes silently)."""
     if settlement.cause is Cause.OBSOLETE:
         log.info("Schedule occurrence for a removed function or handler; acknowledged as obsolete",

@@ -27,6 +27,7 @@ import re
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from typing import cast
 
 import redis
 
@@ -34,6 +35,7 @@ from relay.errors import DeadLetterError
 from relay.stream import keys
 
 PAGE = 500  # entries read per XREVRANGE while listing
+Entries = list[tuple[bytes | str, dict[bytes, bytes]]]   # XRANGE's and XREVRANGE's reply
 _ENTRY_ID = re.compile(r"\d{1,20}-\d{1,20}", re.ASCII)
 _EXHAUSTED = re.compile(r"attempts exhausted for ([^;]+)(?:; |$)")   # "; older than max_event_age ..." may follow
 
@@ -104,7 +106,7 @@ class DeadLetter:
     schedule: str | None = None   # the occurrence id, when the entry was one Relay's scheduler published
 
     @classmethod
-    def of(cls, entry_id: bytes | str, fields: dict) -> DeadLetter:
+    def of(cls, entry_id: bytes | str, fields: dict[bytes, bytes]) -> DeadLetter:
         def text(name: str) -> str:
             return fields.get(name.encode(), b"").decode("utf-8", "replace")
 
@@ -136,7 +138,7 @@ class DeadLetter:
 class DeadLetters:
     """The dead-letter stream of *stream* (``relay:<stream>:dlq``)."""
 
-    def __init__(self, client: redis.Redis, stream: str):
+    def __init__(self, client: redis.Redis, stream: str) -> None:
         self.client = client
         self.stream = stream
         self.key = keys.dlq_stream(stream)
@@ -156,7 +158,7 @@ class DeadLetters:
         """The entries *ids*, in that order; DeadLetterError naming the first that is not there."""
         found = []
         for dlq_id in _checked(ids):
-            entries = self.client.xrange(self.key, dlq_id, dlq_id)
+            entries = cast("Entries", self.client.xrange(self.key, dlq_id, dlq_id))
             if not entries:
                 raise DeadLetterError(f"no dead-letter entry {dlq_id} in {self.key}")
             found.append(DeadLetter.of(*entries[0]))
@@ -188,12 +190,13 @@ class DeadLetters:
         low = f"{since_ms}-0" if since_ms is not None else "-"
         high = "+"
         while True:
-            page = self.client.xrevrange(self.key, high, low, count=PAGE)
+            page = cast("Entries", self.client.xrevrange(self.key, high, low, count=PAGE))
             for entry_id, fields in page:
                 yield DeadLetter.of(entry_id, fields)
             if len(page) < PAGE:
                 return
-            high = "(" + (page[-1][0].decode() if isinstance(page[-1][0], bytes) else page[-1][0])
+            last = page[-1][0]
+            high = "(" + (last.decode() if isinstance(last, bytes) else last)
 
     def _refused(self, error: redis.ResponseError) -> DeadLetterError:
         why, _, dlq_id = str(error).partition(" ")

@@ -7,14 +7,16 @@ is dead-lettered with no attempt charged and no handler run (the verdict is
 relay.stream.verdict.decide_provenance). Entries without the field never pay
 for the check.
 
-For every target (functions by name, rules in file order) the stored state
-decides: completed and exhausted invocations are skipped, one whose entry is
-older than its rule's max_event_age is expired (not run; the later ones
-still run), and an eligible one takes its concurrency slots (and passes its
-function's fleet-wide limits, relay.stream.limits, when the template sets
-any), is claimed, and runs. A failure, an invocation still running
-elsewhere or waiting out its backoff, or a slot or limit that stays busy
-stops the entry there, so later rules never run ahead of earlier ones.
+For every target (functions by name, rules in file order) its stored
+marker says where it stands (relay.stream.verdict.marked_outcome: the
+judgement the settle decision makes of the targets a dispatch does not
+reach): completed and exhausted invocations are skipped, one whose entry
+is older than its rule's max_event_age is expired (not run; the later ones
+still run), and an eligible one is admitted (relay.stream.admission: its
+concurrency slots and, when the template sets any, its function's
+fleet-wide limits), is claimed, and runs. A failure, an invocation still
+running elsewhere or waiting out its backoff, or a refused admission stops
+the entry there, so later rules never run ahead of earlier ones.
 An attempt that could not reach the Docker engine is not the handler's
 failure: its claim is undone, so it costs no attempt and the reclaimer
 brings the entry back once the engine is up. Then the entry is
@@ -35,11 +37,10 @@ from __future__ import annotations
 import logging
 import random
 import time
-from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass
+from contextlib import ExitStack
 from enum import Enum
+from typing import TYPE_CHECKING
 
-import gevent
 import redis
 
 from relay.durations import format_duration
@@ -47,12 +48,11 @@ from relay.errors import RelayError
 from relay.runtime.invocation import Invocation, Outcome
 from relay.stream import markers, seams
 from relay.stream.keys import idempotency_key, target_field
-from relay.stream.limits import Blocked, Limit
-from relay.stream.markers import Action, decide
+from relay.stream.markers import Action, Marker, decide
 from relay.stream.plans import Plan
+from relay.stream.seams import Refusal, RetryDue
 from relay.stream.settle import takes_prelude
 from relay.stream.verdict import (
-    COMPLETE,
     OPEN,
     Settlement,
     Status,
@@ -60,50 +60,38 @@ from relay.stream.verdict import (
     Verdict,
     decide_provenance,
     decide_settlement,
-    expired,
     expiry_reason,
+    marked_outcome,
 )
 
-log = logging.getLogger("relay.stream.dispatcher")
+if TYPE_CHECKING:
+    from relay.functions.rules import Target
 
-SLOT_WAIT = 15.0  # seconds; well under the reclaimer's 1m idle time; a wait for a rate permit or a key too
+log = logging.getLogger("relay.stream.dispatcher")
 
 
 class NotRun(Enum):
     """Why an eligible invocation did not run on this delivery; it costs no attempt."""
 
-    NO_SLOT = "no slot"                       # the slots, the rate or the key stayed busy: stop, leave pending
+    REFUSED = "refused"                       # not admitted (the slots, the rate or the key): stop, leave pending
     CLAIMED_ELSEWHERE = "claimed elsewhere"   # another worker started this attempt first: go on
-
-
-@dataclass(frozen=True, slots=True)
-class RetryDue:
-    """An entry left pending for a retry due *delay* seconds after its attempt failed here (or,
-    *after_failure* False, after its marker was found still waiting): waiting that long from
-    now never starts it early."""
-
-    delay: float
-    after_failure: bool
 
 
 class Dispatcher:
     def __init__(self, *, stream: str, store: seams.InvocationStore, settler: seams.Settler,
-                 executor: seams.Executor, slots: seams.Slots, observer: seams.Observer,
-                 environment: seams.Environment, pins: seams.Pins, limits: seams.Limits,
-                 provenance: seams.Provenance, clock: seams.Clock = time.time_ns,
-                 slot_wait: float = SLOT_WAIT) -> None:
+                 executor: seams.Executor, admission: seams.Admission, observer: seams.Observer,
+                 environment: seams.Environment, pins: seams.Pins, provenance: seams.Provenance,
+                 clock: seams.Clock = time.time_ns) -> None:
         self.stream = stream      # names the invocations' idempotency keys
         self.store = store
         self.settler = settler
         self.executor = executor
-        self.slots = slots
+        self.admission = admission
         self.observer = observer
         self.environment = environment
         self.pins = pins
-        self.limits = limits
         self.provenance = provenance
         self.clock = clock
-        self.slot_wait = slot_wait
 
     def dispatch(self, plan: Plan) -> RetryDue | None:
         """Run *plan*'s targets and settle the entry; never raises for handler failures.
@@ -126,25 +114,22 @@ class Dispatcher:
                 pins.enter_context(self.pins.holding(image))
             return self._dispatch(plan)
 
-    def _dispatch(self, plan):
+    def _dispatch(self, plan: Plan) -> RetryDue | None:
         stored = self.store.load(plan.message_id)
-        outcomes = {}
-        unwritten = None      # the field of a target that completed here, its marker not written yet
-        retry = None          # the target the dispatch stopped at waits out a backoff
+        outcomes: dict[int, TargetOutcome] = {}
+        unwritten: str | None = None   # the field of a target that completed here, its marker not written yet
+        retry: RetryDue | None = None  # the target the dispatch stopped at waits out a backoff
         for index, target in enumerate(plan.targets):
             field = target_field(target)
             raw = stored.get(field)
             marker, now = markers.parse(raw), self.clock()
             decision = decide(marker, now, target.rule.retries)
-            stale = expired(plan, target, marker, decision, now) if target.rule.max_event_age is not None else None
-            if decision.action is Action.SKIP_COMPLETE:
-                outcomes[index] = COMPLETE
-            elif decision.action is Action.SKIP_TERMINAL:
-                outcomes[index] = TargetOutcome(Status.TERMINAL, decision.attempt)
-            elif stale is not None:       # terminal: the later rules still run
-                log.info("Entry older than max_event_age; handler not run", extra=_attrs(
-                    plan, target, reason=expiry_reason(plan, target, now), on_expired=target.rule.on_expired))
-                outcomes[index] = stale
+            standing = marked_outcome(plan, target, marker, decision, now)
+            if standing.status is not Status.OPEN:    # complete, exhausted or expired: the later rules still run
+                if standing.status is Status.EXPIRED:
+                    log.info("Entry older than max_event_age; handler not run", extra=_attrs(
+                        plan, target, reason=expiry_reason(plan, target, now), on_expired=target.rule.on_expired))
+                outcomes[index] = standing
             elif decision.action is Action.SKIP_BUSY:
                 log.debug("Invocation running elsewhere or backing off; entry left pending",
                           extra=_attrs(plan, target))
@@ -158,7 +143,7 @@ class Dispatcher:
                     self.store.complete(plan.message_id, unwritten)
                     unwritten = None
                 outcome = self._run(plan, target, raw, decision.attempt)
-                if outcome is NotRun.NO_SLOT:
+                if outcome is NotRun.REFUSED:
                     outcomes[index] = TargetOutcome(Status.OPEN, decision.attempt)
                     break
                 if outcome is NotRun.CLAIMED_ELSEWHERE:
@@ -184,7 +169,7 @@ class Dispatcher:
             return OPEN
         return decide_provenance(plan, published)
 
-    def _settle(self, plan, settlement, unwritten):
+    def _settle(self, plan: Plan, settlement: Settlement, unwritten: str | None) -> None:
         """Settle the entry, with the marker of the target that completed last (*unwritten*).
 
         When the entry is acknowledged and its state cleared, the marker goes in
@@ -202,20 +187,16 @@ class Dispatcher:
 
     # --- one invocation ---------------------------------------------------------
 
-    def _run(self, plan, target, raw, attempt):
+    def _run(self, plan: Plan, target: Target, raw: bytes | None, attempt: int) -> TargetOutcome | NotRun:
         """Run one attempt: its TargetOutcome, or why it did not run (NotRun)."""
-        active, rule = target.active, target.rule
-        template = active.function.template
-        if template.rate_limit is None and template.concurrency_key is None:
-            hold = self.slots.hold(active.name, template.running_limit, self.slot_wait)
-        else:
-            hold = self._hold_limited(plan, target)
-        with hold as held:
-            if held is not True:
-                log.info(_LEFT_PENDING[held], extra=_attrs(plan, target))
-                return NotRun.NO_SLOT
+        admitted = self.admission.admit(target, plan.event)
+        if isinstance(admitted, Refusal):
+            log.info(_LEFT_PENDING[admitted], extra=_attrs(plan, target))
+            return NotRun.REFUSED
+        with admitted:
             started = self.clock()
-            if not self.store.try_start(plan.message_id, target_field(target), raw, started + rule.timeout, attempt):
+            if not self.store.try_start(plan.message_id, target_field(target), raw, started + target.rule.timeout,
+                                        attempt):
                 log.debug("Invocation claimed by another worker; skipped", extra=_attrs(plan, target))
                 return NotRun.CLAIMED_ELSEWHERE
             log.debug("Rule matched", extra=_attrs(plan, target, attempt=attempt))
@@ -227,49 +208,7 @@ class Dispatcher:
             return TargetOutcome(Status.OPEN, attempt)
         return self._record(plan, target, attempt, outcome)
 
-    @contextmanager
-    def _hold_limited(self, plan, target):
-        """The slots and the function's fleet-wide limits together: yields True holding them all,
-        else what stayed busy until the slot wait ran out (False: the slots; or a Limit).
-
-        The rate permit and the key's lease are asked for only while the slots
-        are held, so an admitted invocation starts right after its permit and
-        starts are never bunched by a later wait for a slot. While a limit
-        refuses, the slots are given back: a function waiting for its rate or
-        its key never keeps a slot from the others. A refusal whose wait would
-        end past the slot wait gives up at once.
-        """
-        active, template = target.active, target.active.function.template
-        deadline = time.monotonic() + self.slot_wait
-        waited: dict[Limit, float] = {}
-        while True:
-            with self.slots.hold(active.name, template.running_limit, max(0.0, deadline - time.monotonic())) as held:
-                if not held:
-                    self._waited(active.name, waited)
-                    yield False
-                    return
-                passage = self.limits.enter(active.name, template, plan.event, target.rule.timeout)
-                if not isinstance(passage, Blocked):
-                    self._waited(active.name, waited)
-                    try:
-                        yield True
-                    finally:
-                        self.limits.leave(passage)
-                    return
-            paused = time.monotonic()
-            waited.setdefault(passage.limit, 0.0)
-            if paused + passage.retry_in > deadline:
-                self._waited(active.name, waited)
-                yield passage.limit
-                return
-            gevent.sleep(passage.retry_in)
-            waited[passage.limit] += time.monotonic() - paused
-
-    def _waited(self, function, waited):
-        for limit, seconds in waited.items():
-            self.observer.limit_waited(function, limit, seconds)
-
-    def _execute(self, plan, target, attempt):
+    def _execute(self, plan: Plan, target: Target, attempt: int) -> Outcome:
         """The attempt's Outcome, between the invocation_started and invocation_finished events."""
         name, handler = target.active.name, target.rule.handler
         self.observer.invocation_started(name, handler, attempt)
@@ -280,8 +219,9 @@ class Dispatcher:
         finally:
             self.observer.invocation_finished(name, handler, attempt, outcome)
 
-    def _invoke(self, plan, target, attempt):
+    def _invoke(self, plan: Plan, target: Target, attempt: int) -> Outcome:
         active = target.active
+        assert plan.payload is not None, "an entry with targets was read as text"
         try:
             env = self.environment(active.function)
         except RelayError as error:
@@ -295,7 +235,7 @@ class Dispatcher:
             idempotency_key=plan.occurrence or idempotency_key(self.stream, plan.message_id, target))
         return self.executor.run(invocation)
 
-    def _record(self, plan, target, attempt, outcome):
+    def _record(self, plan: Plan, target: Target, attempt: int, outcome: Outcome) -> TargetOutcome:
         attrs = _attrs(plan, target, attempt=attempt, duration=f"{outcome.duration:.3f}s",
                        exit_code=outcome.exit_code)
         if outcome.ok:    # its marker is written by _dispatch: with the next run, or with the acknowledgment
@@ -316,18 +256,19 @@ class Dispatcher:
         return TargetOutcome(Status.OPEN, attempt, wait)
 
 
-def _backing_off(marker, now):
+def _backing_off(marker: Marker, now: int) -> RetryDue | None:
     """The RetryDue of an invocation found waiting out its backoff, else None (it is running)."""
     return RetryDue((marker.deadline - now) / 1e9, after_failure=False) if marker.kind == markers.WAITING else None
 
 
-_LEFT_PENDING = {False: "No concurrency slot free; entry left pending",
-                 Limit.RATE: "Rate limit reached; entry left pending",
-                 Limit.KEY: "Concurrency key held by another invocation; entry left pending"}
+_LEFT_PENDING = {Refusal.NO_SLOT: "No concurrency slot free; entry left pending",
+                 Refusal.RATE_LIMIT: "Rate limit reached; entry left pending",
+                 Refusal.CONCURRENCY_KEY: "Concurrency key held by another invocation; entry left pending"}
 
 
-def _attrs(plan, target, **more):
-    attrs = {"function": target.active.name, "handler": target.rule.handler, "message_id": plan.message_id,
-             "event_id": plan.event_id, "event_name": plan.event_name}
+def _attrs(plan: Plan, target: Target, **more: object) -> dict[str, object]:
+    attrs: dict[str, object] = {
+        "function": target.active.name, "handler": target.rule.handler, "message_id": plan.message_id,
+        "event_id": plan.event_id, "event_name": plan.event_name}
     attrs.update(more)
     return {key: value for key, value in attrs.items() if value is not None}

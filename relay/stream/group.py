@@ -9,7 +9,7 @@ from relay.errors import DependencyError
 log = logging.getLogger("relay.stream.group")
 
 
-def ensure_group(client, stream, group):
+def ensure_group(client: redis.Redis, stream: str, group: str) -> None:
     """Create the consumer group at the stream's start; an existing group is fine.
 
     Position 0 (not "$") so that entries published before Relay's first start
@@ -27,5 +27,5 @@ def ensure_group(client, stream, group):
     log.info("Created consumer group", extra={"stream": stream, "group": group})
 
 
-def is_missing_group(error):
+def is_missing_group(error: BaseException) -> bool:
     return isinstance(error, redis.ResponseError) and str(error).startswith("NOGROUP")

@@ -63,7 +63,7 @@ class InvocationStore:
         self._warn_unreadable(message_id, values)
         return values
 
-    def _warn_unreadable(self, message_id, values):
+    def _warn_unreadable(self, message_id: str, values: dict[str, bytes]) -> None:
         unreadable = frozenset(name for name, value in values.items() if markers.read(value) is None)
         if not unreadable or unreadable <= self._warned.get(message_id, frozenset()):
             return
@@ -112,7 +112,7 @@ class InvocationStore:
     def exhausted(self, message_id: str, field: str, attempts: int) -> None:
         self._write(message_id, field, markers.exhausted(attempts))
 
-    def _write(self, message_id, field, value):
+    def _write(self, message_id: str, field: str, value: str) -> None:
         try:
             pipe = self.client.pipeline(transaction=False)
             self._queue(pipe, self.key(message_id), field, value)
@@ -122,6 +122,6 @@ class InvocationStore:
                 "message_id": message_id, "field": field, "state": value.split(":")[0], "error": str(error)})
 
     @staticmethod
-    def _queue(pipe, key, field, value):
+    def _queue(pipe: redis.client.Pipeline, key: str, field: str, value: str) -> None:
         pipe.hset(key, field, value)
         pipe.expire(key, markers.STATE_TTL_SECONDS)

@@ -8,7 +8,11 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 from urllib.parse import quote
+
+if TYPE_CHECKING:
+    from relay.functions.rules import Target
 
 
 @dataclass(frozen=True)
@@ -43,8 +47,8 @@ def invocation_field(function: str, handler: str) -> str:
     return f"{function}/{handler}"
 
 
-def target_field(target) -> str:
-    """The field of a matched rule (a relay.functions.rules.Target) in that hash: ``<function>/<handler>``,
+def target_field(target: Target) -> str:
+    """The field of a matched rule in that hash: ``<function>/<handler>``,
     and ``#<n>`` after it for the n-th rule of the function with that handler (n ≥ 2; ``#`` is in no handler)."""
     field = invocation_field(target.active.name, target.rule.handler)
     return f"{field}#{target.rule.repeat + 1}" if target.rule.repeat else field
@@ -53,8 +57,8 @@ def target_field(target) -> str:
 # --- the handler context --------------------------------------------------------------
 
 
-def idempotency_key(stream: str, message_id: str, target) -> str:
-    """RELAY_IDEMPOTENCY_KEY of one matched rule (a Target) on one entry: 32 hex digits.
+def idempotency_key(stream: str, message_id: str, target: Target) -> str:
+    """RELAY_IDEMPOTENCY_KEY of one matched rule on one entry: 32 hex digits.
 
     The first 128 bits of a SHA-256 over the stream, the entry's id and the
     target's field, so it is the same on every attempt and every delivery,
@@ -103,6 +107,21 @@ DLQ_SCHEDULE = SCHEDULE          # the occurrence id, when the entry was an occu
 
 
 SCHEDULE_KEY_PREFIX = "relay:"
+
+
+def occurrence_id(function: str, handler: str, scheduled_at: str) -> str:
+    """A schedule occurrence's id: ``schedule:<function>:<handler>:<instant>``, the instant in UTC
+    (``2026-09-13T03:00:00Z``). The ``schedule`` field of its entry, its idempotency key, and the
+    name of its dedup key."""
+    return f"schedule:{function}:{handler}:{scheduled_at}"
+
+
+def parse_occurrence_id(text: str) -> tuple[str, str, str] | None:
+    """(function, handler, scheduled_at) of an occurrence id, or None."""
+    parts = text.split(":", 3)
+    if len(parts) != 4 or parts[0] != "schedule" or not all(parts[1:]):
+        return None
+    return parts[1], parts[2], parts[3]
 
 
 def schedule_key(occurrence_id: str) -> str:

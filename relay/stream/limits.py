@@ -189,20 +189,22 @@ class FleetLimits:
         self.lease_margin = lease_margin
         self._unreachable = False
 
-    def enter(self, function: str, template: Template, event: dict | None, timeout: int) -> Passage | Blocked:
+    def enter(self, function: str, template: Template, event: dict[str, object] | None,
+              timeout: int) -> Passage | Blocked:
         """Take the key's lease, then a rate permit; never waits. *timeout* (ns) is the invocation's.
 
         The lease comes first: a permit taken for an invocation whose key is
         busy would be lost to the rate, while a lease given back when the rate
         refuses costs only a round trip.
         """
-        lease = None
+        lease: HeldLease | None = None
         key = template.concurrency_key
         value = key.value(event) if key is not None and event is not None else None
         if value is not None:
-            lease = self._lease(function, value, timeout)
-            if isinstance(lease, Blocked):
-                return lease
+            held = self._lease(function, value, timeout)
+            if isinstance(held, Blocked):
+                return held
+            lease = held
         rate = template.rate_limit
         if rate is not None:
             wait = self._permit(function, rate)
@@ -224,7 +226,7 @@ class FleetLimits:
             return
         self.answered()
 
-    def _permit(self, function, rate):
+    def _permit(self, function: str, rate: RateLimit) -> float:
         """0 when a permit was taken, else the seconds until the next one."""
         try:
             permit = self.rates.take(rate_key(self.address.stream, self.address.group, function), rate)
@@ -234,7 +236,7 @@ class FleetLimits:
         self.answered()
         return 0 if permit.admitted else permit.wait / 1e6
 
-    def _lease(self, function, value, timeout):
+    def _lease(self, function: str, value: str | int | float | bool, timeout: int) -> HeldLease | Blocked | None:
         """The HeldLease; Blocked when another holds the key; None (run unkeyed) when Redis cannot say."""
         key = concurrency_key(self.address.stream, self.address.group, function, key_digest(value))
         ttl_ms = (timeout + self.lease_margin) // MILLISECOND
@@ -274,7 +276,7 @@ class HeldLease:
     def stop(self) -> None:
         self._stopped.set()
 
-    def _keep(self):
+    def _keep(self) -> None:
         limits = self.limits
         while not self._stopped.wait(self.ttl_ms / 3000):
             try:

@@ -9,6 +9,9 @@
 Pure functions over plain values, so the rules are tested without Redis.
 """
 
+from __future__ import annotations
+
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import Enum
 
@@ -38,12 +41,12 @@ ABSENT_MARKER = Marker(ABSENT)
 state_key = invocation_key   # the hash of one message's markers; the name lives in relay.stream.keys
 
 
-def parse(value):
+def parse(value: bytes | str | None) -> Marker:
     """The Marker a stored value means; anything unreadable is absent (eligible)."""
     return read(value) or ABSENT_MARKER
 
 
-def read(value):
+def read(value: bytes | str | None) -> Marker | None:
     """The Marker a stored value means, ABSENT_MARKER for no value, None when it cannot be read.
 
     Numbers are ASCII digits only: a tampered ``exhausted:²`` or a thousand-digit
@@ -62,14 +65,14 @@ def read(value):
         attempts = _count(rest)
         return None if attempts is None else Marker(EXHAUSTED, attempts=attempts)
     if kind in (RUNNING, WAITING):
-        deadline, hash_sign, attempts = rest.partition("#")
-        deadline, attempts = _count(deadline), _count(attempts)
-        if hash_sign and deadline is not None and attempts:
-            return Marker(kind, attempts=attempts, deadline=deadline)
+        deadline_text, hash_sign, attempts_text = rest.partition("#")
+        deadline, count = _count(deadline_text), _count(attempts_text)
+        if hash_sign and deadline is not None and count:
+            return Marker(kind, attempts=count, deadline=deadline)
     return None
 
 
-def _count(text):
+def _count(text: str) -> int | None:
     """A whole number written in ASCII digits, else None."""
     if not (text.isascii() and text.isdigit()):
         return None
@@ -79,19 +82,19 @@ def _count(text):
         return None
 
 
-def running(deadline, attempt):
+def running(deadline: int, attempt: int) -> str:
     return f"{RUNNING}:{deadline}#{attempt}"
 
 
-def waiting(deadline, attempt):
+def waiting(deadline: int, attempt: int) -> str:
     return f"{WAITING}:{deadline}#{attempt}"
 
 
-def exhausted(attempts):
+def exhausted(attempts: int) -> str:
     return f"{EXHAUSTED}:{attempts}"
 
 
-def backoff(attempt, schedule=None):
+def backoff(attempt: int, schedule: Sequence[int] | None = None) -> int:
     """How long to wait after failed attempt number *attempt* (1-based), in nanoseconds.
 
     *schedule* is a rule's ``retry_backoff``: the delay before retry n is its
@@ -101,7 +104,7 @@ def backoff(attempt, schedule=None):
     return schedule[min(attempt, len(schedule)) - 1]
 
 
-def jittered(delay, unit):
+def jittered(delay: int, unit: float) -> int:
     """*delay* spread by ±JITTER: *unit* in [0, 1) (random.random()) maps to 0.8 × delay up to 1.2 × delay,
     to the millisecond (a delay under one keeps its own value)."""
     spread = delay * (1 - JITTER + 2 * JITTER * unit)

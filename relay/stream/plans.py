@@ -13,14 +13,22 @@ relay.jsontext.loads: orjson where it is installed, with json.loads' answer,
 error and message wherever the two would differ.
 """
 
+from __future__ import annotations
+
 import json
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, final
 
 from relay.config import DEFAULT_MAX_EVENT_BYTES
 from relay.functions.rules import Target
 from relay.jsontext import loads
-from relay.stream.keys import EVENT_FIELD, SCHEDULE_FIELD
+from relay.stream.keys import EVENT_FIELD, SCHEDULE_FIELD, parse_occurrence_id
+
+if TYPE_CHECKING:
+    from relay.functions import ActiveFunction, Function
+    from relay.functions.rules import Rules
 
 log = logging.getLogger("relay.stream.plans")
 
@@ -30,6 +38,7 @@ MAX_OTHER_FIELD_BYTES = 64 * 1024   # the names and values of an entry's fields 
 TOO_DEEP = f"the event nests deeper than {MAX_EVENT_DEPTH} levels"
 
 
+@final     # nothing derives from it, so ``type(fields) is Oversized`` tells the type checker too
 @dataclass(frozen=True, slots=True)
 class Oversized:
     """An entry measured in Redis and found over the limits: its sizes, and its event only as a dead letter keeps it."""
@@ -39,33 +48,37 @@ class Oversized:
     other_bytes: int        # the names and values of the other fields, together
 
 
+Fields = dict[bytes, bytes] | Oversized
+"""A stream entry's fields as redis-py returns them, or an Oversized when they were measured over the limits."""
+
+
 @dataclass(slots=True)
 class Plan:
     message_id: str
     payload: str | None          # the event field as text, when it was text
-    event: dict | None = None
-    targets: tuple = ()
+    event: dict[str, object] | None = None
+    targets: tuple[Target, ...] = ()
     problem: str | None = None   # why the entry can never succeed (malformed)
     scheduled: bool = False      # a schedule occurrence, not an event
     obsolete: bool = False       # a schedule occurrence whose function or handler is gone
-    waiting: tuple = ()          # names of matching functions whose image is not built yet
+    waiting: tuple[str, ...] = ()  # names of matching functions whose image is not built yet
     raw: bytes | None = None     # the event field's bytes when they are not text, or their start when too big
     event_bytes: int = 0         # the event field's size when it was too big to read (raw is cut)
     trimmed: bool = False        # the entry was trimmed away while it was pending: nothing left to run
     occurrence: str | None = None  # a schedule occurrence's id (its idempotency key)
 
     @property
-    def kept(self):
+    def kept(self) -> str | bytes | None:
         """What a dead-letter entry keeps of the event field: its text, else its raw bytes."""
         return self.payload if self.payload is not None else self.raw
 
     @property
-    def is_event(self):
+    def is_event(self) -> bool:
         """An event published to the stream: not a schedule occurrence, not a trimmed entry."""
         return not (self.scheduled or self.trimmed)
 
     @property
-    def added_at(self):
+    def added_at(self) -> int | None:
         """When the entry was added to the stream, in unix nanoseconds (its id's milliseconds), or None.
 
         A redriven entry is a new entry (``relay dlq redrive``), so for it this is when it was redriven.
@@ -74,15 +87,16 @@ class Plan:
         return int(milliseconds) * 1_000_000 if milliseconds.isascii() and milliseconds.isdigit() else None
 
     @property
-    def event_id(self):
+    def event_id(self) -> str | None:
         return _text(self.event.get("event_id")) if self.event else None
 
     @property
-    def event_name(self):
+    def event_name(self) -> str | None:
         return _text(self.event.get("event_name")) if self.event else None
 
 
-def plan_entry(message_id, fields, rules, waiting=(), max_event_bytes=DEFAULT_MAX_EVENT_BYTES):
+def plan_entry(message_id: str, fields: Fields | None, rules: Rules, waiting: Sequence[Function] = (),
+               max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES) -> Plan:
     """Decode *fields* and match the event against *rules* (a relay.functions.rules.Rules).
 
     Targets come in function name order, then rule file order; two matching
@@ -103,7 +117,7 @@ def plan_entry(message_id, fields, rules, waiting=(), max_event_bytes=DEFAULT_MA
                     raw=raw if isinstance(raw, bytes) and len(raw) <= max_event_bytes else None)
 
 
-def _plan(message_id, fields, rules, waiting, max_event_bytes):
+def _plan(message_id: str, fields: Fields, rules: Rules, waiting: Sequence[Function], max_event_bytes: int) -> Plan:
     if type(fields) is Oversized:
         return _oversized(message_id, fields, max_event_bytes)
     raw = fields.get(EVENT_FIELD)
@@ -138,7 +152,7 @@ def _plan(message_id, fields, rules, waiting, max_event_bytes):
     return planned
 
 
-def _measure(fields, raw, max_event_bytes):
+def _measure(fields: dict[bytes, bytes], raw: bytes, max_event_bytes: int) -> Oversized | None:
     """An Oversized for an entry read whole (*raw* its event) that is over the limits, else None."""
     if len(raw) > max_event_bytes:
         return Oversized(raw[:KEPT_PREFIX_BYTES], len(raw), 0)
@@ -149,7 +163,7 @@ def _measure(fields, raw, max_event_bytes):
     return None
 
 
-def _oversized(message_id, oversized, max_event_bytes):
+def _oversized(message_id: str, oversized: Oversized, max_event_bytes: int) -> Plan:
     """The plan of an entry over the limits: dead-lettered with what can be kept of its event."""
     size, event = oversized.event_bytes, oversized.event
     if size > max_event_bytes:
@@ -165,10 +179,9 @@ def _oversized(message_id, oversized, max_event_bytes):
         return Plan(message_id, None, problem=problem, raw=event)
 
 
-def _scheduled(message_id, payload, event, occurrence, snapshot, waiting):
+def _scheduled(message_id: str, payload: str, event: dict[str, object], occurrence: bytes,
+               snapshot: Sequence[ActiveFunction], waiting: Sequence[Function]) -> Plan:
     """A schedule occurrence runs exactly its function's handler; no pattern matching."""
-    from relay.stream.schedules import parse_occurrence_id
-
     occurrence_id = occurrence.decode("utf-8", "replace")
     parsed = parse_occurrence_id(occurrence_id)
     if parsed is None:
@@ -183,7 +196,7 @@ def _scheduled(message_id, payload, event, occurrence, snapshot, waiting):
                 occurrence=occurrence_id)
 
 
-def _too_deep(payload, event):
+def _too_deep(payload: str, event: dict[str, object]) -> bool:
     """Whether *event* (decoded from *payload*) nests deeper than MAX_EVENT_DEPTH.
 
     Asked only of an event that is going somewhere (a handler, its log lines):
@@ -194,15 +207,15 @@ def _too_deep(payload, event):
     """
     if len(payload) <= 2 * MAX_EVENT_DEPTH or payload.count("[") + payload.count("{") <= MAX_EVENT_DEPTH:
         return False
-    stack = [(event, 1)]
+    stack: list[tuple[dict[str, object] | list[object], int]] = [(event, 1)]
     while stack:
         value, depth = stack.pop()
         if depth > MAX_EVENT_DEPTH:
             return True
-        children = value.values() if type(value) is dict else value
-        stack.extend((child, depth + 1) for child in children if type(child) in (dict, list))
+        children = value.values() if isinstance(value, dict) else value
+        stack.extend((child, depth + 1) for child in children if isinstance(child, (dict, list)))
     return False
 
 
-def _text(value):
+def _text(value: object) -> str | None:
     return value if isinstance(value, str) else (None if value is None else json.dumps(value))

@@ -25,15 +25,36 @@ pre-change offset gives, a wall time repeated by a fall-back fires once (the
 first time), and instants never go backwards.
 """
 
+from __future__ import annotations
+
 import json
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Protocol
 from zoneinfo import ZoneInfo
 
 from croniter import croniter
 
-from relay.stream.keys import EVENT, SCHEDULE, SCHEDULE_UNRECORDED, schedule_key
+from relay.stream.keys import (
+    EVENT,
+    SCHEDULE,
+    SCHEDULE_UNRECORDED,
+    occurrence_id,
+    parse_occurrence_id,
+    schedule_key,
+)
+
+__all__ = ["Occurrence", "Provenance", "Publisher", "Scheduler", "next_instant", "occurrence_payload",
+           "parse_occurrence_id"]
+
+if TYPE_CHECKING:
+    import gevent
+    import redis
+
+    from relay.functions import ActiveFunction
+    from relay.stream.plans import Plan
 
 log = logging.getLogger("relay.stream.schedules")
 
@@ -64,6 +85,29 @@ return published
 """
 
 
+class Counter(Protocol):
+    def inc(self, amount: float = 1) -> None: ...
+
+
+class ScheduleCounters(Protocol):
+    """What the Publisher counts (relay.metrics.prometheus.Metrics)."""
+
+    @property
+    def schedule_published(self) -> Counter: ...
+
+    @property
+    def schedule_duplicates(self) -> Counter: ...
+
+    @property
+    def schedule_failures(self) -> Counter: ...
+
+
+class Snapshots(Protocol):
+    """The live function set as the Scheduler follows it (relay.live.catalog.Catalog)."""
+
+    def snapshot(self) -> tuple[ActiveFunction, ...]: ...
+
+
 @dataclass(frozen=True)
 class Occurrence:
     function: str
@@ -71,32 +115,24 @@ class Occurrence:
     at: datetime  # an aware instant in UTC
 
     @property
-    def scheduled_at(self):
+    def scheduled_at(self) -> str:
         return self.at.strftime("%Y-%m-%dT%H:%M:%SZ")
 
     @property
-    def id(self):
-        return f"schedule:{self.function}:{self.handler}:{self.scheduled_at}"
+    def id(self) -> str:
+        return occurrence_id(self.function, self.handler, self.scheduled_at)
 
     @property
-    def payload(self):
+    def payload(self) -> str:
         return occurrence_payload(self.scheduled_at)
 
 
-def occurrence_payload(scheduled_at):
+def occurrence_payload(scheduled_at: str) -> str:
     """The event of the occurrence at *scheduled_at*: what the handler receives on stdin."""
     return json.dumps({"source": SOURCE, "scheduled_at": scheduled_at}, separators=(",", ":"))
 
 
-def parse_occurrence_id(text):
-    """(function, handler, scheduled_at) of an occurrence id, or None."""
-    parts = text.split(":", 3)
-    if len(parts) != 4 or parts[0] != "schedule" or not all(parts[1:]):
-        return None
-    return parts[1], parts[2], parts[3]
-
-
-def next_instant(cron, zone_name, after):
+def next_instant(cron: str, zone_name: str, after: datetime) -> datetime:
     """The first occurrence of *cron* in the zone strictly after the aware instant *after*."""
     zone = ZoneInfo(zone_name)
     six_fields = len(cron.split()) == 6
@@ -116,13 +152,13 @@ def next_instant(cron, zone_name, after):
 class Publisher:
     """Publishes occurrences into the stream, once across the fleet."""
 
-    def __init__(self, client, stream, metrics):
+    def __init__(self, client: redis.Redis, stream: str, metrics: ScheduleCounters) -> None:
         self.stream = stream
         self.metrics = metrics
         self._script = client.register_script(_PUBLISH_IF_NEW)
 
-    def publish(self, occurrence):
-        """True if this worker published it, False if another already had."""
+    def publish(self, occurrence: Occurrence) -> bool | None:
+        """True if this worker published it, False if another already had, None when Redis failed."""
         import redis
 
         try:
@@ -152,17 +188,24 @@ class Provenance:
     entries without one never come here.
     """
 
-    def __init__(self, client):
+    def __init__(self, client: redis.Redis) -> None:
         self._script = client.register_script(_PUBLISHED_ENTRY)
 
-    def published(self, plan):
+    def published(self, plan: Plan) -> str | None:
         """The id of the entry published for *plan*'s occurrence, or None when there is no record of
         one (never published, or its key expired); raises redis.RedisError."""
-        _function, _handler, scheduled_at = parse_occurrence_id(plan.occurrence)
+        occurrence = plan.occurrence
+        assert occurrence is not None, "the dispatcher asks this of schedule occurrences only"
+        parsed = parse_occurrence_id(occurrence)
+        assert parsed is not None, "planning keeps an occurrence id only when it parses"
+        _function, _handler, scheduled_at = parsed
         own_payload = plan.payload == occurrence_payload(scheduled_at)
-        published = self._script(keys=[schedule_key(plan.occurrence)],
+        published = self._script(keys=[schedule_key(occurrence)],
                                  args=[plan.message_id, "1" if own_payload else "0"])
         return None if published is None else published.decode("utf-8", "replace")
+
+
+JobKey = tuple[str, str, str, str]   # function, handler, cron, time zone
 
 
 class Scheduler:
@@ -173,7 +216,8 @@ class Scheduler:
     replaced and unchanged ones keep their place in time.
     """
 
-    def __init__(self, catalog, publisher, clock=None, sync_interval=1.0):
+    def __init__(self, catalog: Snapshots, publisher: Publisher, clock: Callable[[], datetime] | None = None,
+                 sync_interval: float = 1.0) -> None:
         import gevent.event
 
         self.catalog = catalog
@@ -181,10 +225,10 @@ class Scheduler:
         self.clock = clock or (lambda: datetime.now(UTC))
         self.sync_interval = sync_interval
         self.stopping = gevent.event.Event()
-        self.jobs = {}
-        self._seen = None
+        self.jobs: dict[JobKey, gevent.Greenlet] = {}
+        self._seen: tuple[ActiveFunction, ...] | None = None
 
-    def loop(self):
+    def loop(self) -> None:
         while not self.stopping.is_set():
             snapshot = self.catalog.snapshot()
             if snapshot is not self._seen:
@@ -193,7 +237,7 @@ class Scheduler:
             self.stopping.wait(self.sync_interval)
         self._stop_jobs(list(self.jobs))
 
-    def sync(self, snapshot):
+    def sync(self, snapshot: tuple[ActiveFunction, ...]) -> None:
         import gevent
 
         wanted = {(active.name, schedule.handler, schedule.cron, schedule.timezone)
@@ -204,15 +248,15 @@ class Scheduler:
             log.debug("Schedule job started", extra={"function": key[0], "handler": key[1], "cron": key[2],
                                                       "timezone": key[3]})
 
-    def stop(self):
+    def stop(self) -> None:
         self.stopping.set()
 
-    def _stop_jobs(self, keys):
+    def _stop_jobs(self, keys: list[JobKey]) -> None:
         import gevent
 
         gevent.killall([self.jobs.pop(key) for key in keys], block=False)
 
-    def _job(self, function, handler, cron, zone):
+    def _job(self, function: str, handler: str, cron: str, zone: str) -> None:
         after = self.clock()
         while not self.stopping.is_set():
             at = next_instant(cron, zone, after)

@@ -5,27 +5,30 @@ the classes behind them: a test passes a scripted executor, the benchmark
 its own pieces, and a second execution path (warm containers) only has to
 fit the Executor seam. relay.wiring puts the real ones together.
 
-Types only: nothing here runs, and the imports the annotations need are
-for the type checker alone, so importing this module costs nothing.
+Types only: the Protocols, and the few plain values and aliases that cross
+them (RetryDue, Refusal, EntryIds, Prelude). The imports the annotations need are for
+the type checker alone, so importing this module costs nothing, and nothing
+here imports the modules that implement the seams: this is a leaf of the
+stream engine, below the dispatcher and the Settler.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from enum import Enum
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
     from redis.client import Pipeline
 
     from relay.functions import Function
-    from relay.functions.rules import Rules
+    from relay.functions.rules import Rules, Target
     from relay.functions.template import Template
     from relay.runtime.invocation import Invocation, Outcome
-    from relay.stream.dispatcher import RetryDue
     from relay.stream.limits import Blocked, Limit, Passage
     from relay.stream.plans import Plan
-    from relay.stream.settle import EntryIds, Prelude
     from relay.stream.verdict import Settlement
 
 Environment = Callable[["Function"], Mapping[str, str]]
@@ -33,6 +36,22 @@ Environment = Callable[["Function"], Mapping[str, str]]
 
 Clock = Callable[[], int]
 """The time in unix nanoseconds."""
+
+EntryIds = Sequence[str | bytes]
+"""Stream entry ids, as Relay names them or as Redis sent them."""
+
+Prelude = Callable[["Pipeline"], object]
+"""Puts commands on the acknowledgment's pipeline (the Settler's ``settle``), ahead of the XACK."""
+
+
+@dataclass(frozen=True, slots=True)
+class RetryDue:
+    """An entry left pending for a retry due *delay* seconds after its attempt failed here (or,
+    *after_failure* False, after its marker was found still waiting): waiting that long from
+    now never starts it early."""
+
+    delay: float
+    after_failure: bool
 
 
 class Executor(Protocol):
@@ -79,6 +98,22 @@ class Provenance(Protocol):
         """The entry id the occurrence's dedup key holds, None without one; raises redis.RedisError."""
 
 
+class Refusal(Enum):
+    """Why an invocation was not admitted within the slot wait (Admission); it is left pending at no attempt's cost."""
+
+    NO_SLOT = "no slot"                   # the worker's slots, or the function's, stayed busy
+    RATE_LIMIT = "rate limit"             # the function's rate_limit had no permit in time
+    CONCURRENCY_KEY = "concurrency key"   # another invocation held the event's concurrency_key
+
+
+class Admission(Protocol):
+    """Whether an invocation may start: the worker's Slots and its function's fleet-wide Limits together
+    (relay.stream.admission). The answer is a context manager to hold while the invocation runs, which
+    gives everything back at the end of its ``with`` block, or a Refusal."""
+
+    def admit(self, target: Target, event: dict[str, object] | None) -> AbstractContextManager[object] | Refusal: ...
+
+
 class Slots(Protocol):
     """Concurrency limits: ``with hold(...) as held`` holds a slot when *held* is True."""
 
@@ -94,7 +129,8 @@ class Limits(Protocol):
     invocation passes. Only functions with a limit are asked.
     """
 
-    def enter(self, function: str, template: Template, event: dict | None, timeout: int) -> Passage | Blocked: ...
+    def enter(self, function: str, template: Template, event: dict[str, object] | None,
+              timeout: int) -> Passage | Blocked: ...
 
     def leave(self, passage: Passage) -> None: ...
 

@@ -12,7 +12,6 @@ would dead-letter the entry a second time.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 
 import redis
@@ -21,12 +20,10 @@ from redis.typing import EncodableT, FieldT
 from relay.stream import keys, seams
 from relay.stream.keys import StreamAddress, dlq_stream
 from relay.stream.plans import Plan
+from relay.stream.seams import EntryIds, Prelude
 from relay.stream.verdict import UNMATCHED, Settlement, Verdict
 
-__all__ = ["EntryIds", "Prelude", "Settler", "dlq_stream", "takes_prelude"]
-
-EntryIds = Sequence[str | bytes]   # stream entry ids, as Relay names them or as Redis sent them
-Prelude = Callable[[redis.client.Pipeline], object]   # puts commands on the acknowledgment's pipeline
+__all__ = ["Settler", "dlq_stream", "takes_prelude"]
 
 
 def takes_prelude(settlement: Settlement) -> bool:

@@ -45,7 +45,7 @@ class Slots:
         finally:
             function_slot.release()
 
-    def _acquire(self, semaphore, deadline):
+    def _acquire(self, semaphore: BoundedSemaphore, deadline: float) -> bool:
         if semaphore.acquire(blocking=False):
             return True
         self._on_wait()

@@ -39,7 +39,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import Enum
-from typing import overload
+from typing import TYPE_CHECKING, overload
 
 from relay.durations import MILLISECOND, SECOND, format_compact
 from relay.functions.template import OnExpired
@@ -47,6 +47,9 @@ from relay.stream import markers
 from relay.stream.keys import SCHEDULE_UNRECORDED, target_field
 from relay.stream.markers import Action, Decision, Marker
 from relay.stream.plans import Plan
+
+if TYPE_CHECKING:
+    from relay.functions.rules import Target
 
 
 class Status(Enum):
@@ -195,10 +198,21 @@ def decide_provenance(plan: Plan, published: str | None) -> Settlement | None:
     return Settlement(Verdict.DEAD_LETTER, Cause.FORGED, reason=f"{NOT_PUBLISHED}: {why}")
 
 
-def stored_outcome(plan: Plan, target, raw: bytes | str | None, now: int) -> TargetOutcome:
-    """A target this dispatch did not reach, by its stored marker: complete, exhausted, expired, or open."""
+def stored_outcome(plan: Plan, target: Target, raw: bytes | str | None, now: int) -> TargetOutcome:
+    """A target this dispatch did not reach, by its stored marker *raw* at *now* (unix ns)."""
     marker = markers.parse(raw)
-    decision = markers.decide(marker, now, target.rule.retries)
+    return marked_outcome(plan, target, marker, markers.decide(marker, now, target.rule.retries), now)
+
+
+def marked_outcome(plan: Plan, target: Target, marker: Marker, decision: Decision, now: int) -> TargetOutcome:
+    """Where *target* stands by its *marker* and the *decision* it gives at *now* (relay.stream.markers):
+    complete, exhausted, expired, or open (it may still run: now, once a backoff or a running attempt
+    is over, or once an attempt that died with its worker is recorded exhausted).
+
+    The one judgement of a target's marker: the settle decision makes it of
+    the targets a dispatch did not reach (``stored_outcome``), the dispatcher
+    of each target before it runs one.
+    """
     if decision.action is Action.SKIP_COMPLETE:
         return COMPLETE
     if decision.action is Action.SKIP_TERMINAL:
@@ -206,7 +220,7 @@ def stored_outcome(plan: Plan, target, raw: bytes | str | None, now: int) -> Tar
     return expired(plan, target, marker, decision, now) or TargetOutcome(Status.OPEN)
 
 
-def expired(plan: Plan, target, marker: Marker, decision: Decision, now: int) -> TargetOutcome | None:
+def expired(plan: Plan, target: Target, marker: Marker, decision: Decision, now: int) -> TargetOutcome | None:
     """EXPIRED when *target* would still run, now or once its backoff is over, but the entry is older
     than its rule's max_event_age at *now* (unix ns); else None.
 
@@ -225,11 +239,14 @@ def expired(plan: Plan, target, marker: Marker, decision: Decision, now: int) ->
     return TargetOutcome(Status.EXPIRED, marker.attempts)
 
 
-def expiry_reason(plan: Plan, target, now: int) -> str:
+def expiry_reason(plan: Plan, target: Target, now: int) -> str:
     """The dead-letter reason of an expired target: ``older than max_event_age (1h): 3h12m``.
 
     The age is cut to whole seconds (to milliseconds under a second).
     """
+    limit = target.rule.max_event_age
+    if limit is None:
+        raise ValueError(f"{target.rule.handler} has no max_event_age: it cannot expire")
     age = now - (plan.added_at or 0)
     age -= age % (SECOND if age >= SECOND else MILLISECOND)
-    return f"older than max_event_age ({format_compact(target.rule.max_event_age)}): {format_compact(age)}"
+    return f"older than max_event_age ({format_compact(limit)}): {format_compact(age)}"

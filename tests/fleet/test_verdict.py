@@ -4,7 +4,7 @@ import pytest
 
 from tests.fleet.functions import MALFORMED, MALFORMED_REASONS
 from tests.fleet.verdict import judge
-from tests.test_dispatch import STREAM, Engine
+from tests.support.engine import STREAM, Engine
 
 
 @pytest.fixture
