@@ -119,7 +119,7 @@ def parse_time(text: str | None) -> datetime | None:
 
 
 class StateDatabase:
-    """The writer's connection. Blocking: call it off the gevent hub (see state_writer).
+    """The writer's connection. Blocking: call it off the gevent hub (relay.view.writer does).
 
     Every method opens the file on demand: a missing file (or parent
     directory) is created, a file replaced or deleted behind Relay's back is
