@@ -8,14 +8,17 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
-from relay.commands import Arguments
 from relay.errors import UnknownFunction
 from relay.view import json_report
 from relay.view.database import DB_PATH
 from relay.view.reader import StateReader
-from relay.view.records import FunctionRecord
 from relay.view.report import now, print_report, render_function, render_function_list
+
+if TYPE_CHECKING:
+    from relay.commands import Arguments
+    from relay.view.records import FunctionRecord
 
 
 def run(args: Arguments, path: str | os.PathLike[str] | None = None) -> int:

@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
-from relay.commands import Arguments
 from relay.view import json_report
 from relay.view.database import DB_PATH
 from relay.view.reader import StateReader
-from relay.view.records import Stats
 from relay.view.report import now, print_report, render_stats
+
+if TYPE_CHECKING:
+    from relay.commands import Arguments
+    from relay.view.records import Stats
 
 
 def run(args: Arguments, path: str | os.PathLike[str] | None = None) -> int:

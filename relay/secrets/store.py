@@ -58,6 +58,8 @@ class SecretProvider(Protocol):
 
 
 class _Settings(Protocol):
+    """What ``environment`` reads of a template (relay.functions.Template)."""
+
     @property
     def env(self) -> Mapping[str, str]: ...
 
