@@ -119,7 +119,8 @@ def write_state(directory):
     sys.path.insert(0, str(ROOT))
     from relay.functions import load_function
     from relay.live.status import FunctionStatus
-    from relay.view.database import Counters, FunctionStats, StateDatabase, Stats, now
+    from relay.view.database import StateDatabase
+    from relay.view.records import Counters, FunctionStats, Stats, now
     from relay.view.writer import function_record
 
     moment = now()

@@ -8,6 +8,7 @@ import difflib
 import importlib
 import re
 import sys
+from collections.abc import Iterable, Sequence
 
 from docopt import DocoptExit, docopt
 
@@ -232,7 +233,7 @@ ADMIN_COMMANDS = {
 }
 
 
-def run(argv, imported_before_patch=()):
+def run(argv: list[str], imported_before_patch: Iterable[str] = ()) -> int:
     """Run the command in *argv* (without the program name); return the exit code."""
     if not argv:
         print(USAGE, file=sys.stderr, end="")
@@ -248,8 +249,8 @@ def run(argv, imported_before_patch=()):
     except DocoptExit as usage_error:
         print(_usage_error(argv, usage_error, usage, name, words), file=sys.stderr)
         return 2
-    except SystemExit as done:  # --help and --version print and exit 0
-        return done.code or 0
+    except SystemExit:  # --help and --version print and exit 0 (docopt calls sys.exit() with no code)
+        return 0
 
     if command == "start":
         from relay.supervisor import start
@@ -262,7 +263,7 @@ _OPTION = re.compile(r"(?<![\w<-])(--?[A-Za-z][A-Za-z0-9-]*)(=<|\s+<)?")
 _DOCOPT_COMPLAINTS = ((" requires argument", " needs a value"), (" must not have an argument", " takes no value"))
 
 
-def _usage_error(argv, error, usage, name, words):
+def _usage_error(argv: Sequence[str], error: DocoptExit, usage: str, name: str, words: Sequence[str]) -> str:
     """One line naming what was wrong (the first unknown option, when there is one), then the usage lines."""
     first = str(error.code).splitlines()[0]
     unknown = _unknown_option(usage, words)
@@ -279,7 +280,7 @@ def _usage_error(argv, error, usage, name, words):
     return f"{first}\n{DocoptExit.usage}"
 
 
-def _unknown_option(usage, words):
+def _unknown_option(usage: str, words: Sequence[str]) -> tuple[str, str | None] | None:
     """The first of *words* that is no option of *usage*, and the option(s) it may mean (or None).
 
     An option is known as docopt knows it: by its whole name, or for a long

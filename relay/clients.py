@@ -4,6 +4,11 @@ Importing this module imports redis; docker-py is imported by
 ``connect_docker``, so ``relay dlq`` (Redis only) does not load it.
 """
 
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, cast
+
 import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
@@ -11,6 +16,12 @@ from redis.retry import Retry
 from relay.config import host_port
 from relay.errors import DependencyError, reason
 from relay.speedups import log_in_use
+
+if TYPE_CHECKING:
+    import docker
+    from redis.sentinel import Sentinel
+
+    from relay.config import RedisSettings, SentinelSettings
 
 CONNECT_TIMEOUT = 5.0  # seconds for a first answer; fail fast, not forever
 # Seconds for any reply. The longest wait Relay asks of Redis is a 2 s blocking
@@ -21,7 +32,7 @@ COMMAND_TIMEOUT = 15.0
 SENTINEL_TIMEOUT = 1.5  # seconds for a Sentinel to answer where the primary is; the next one is asked then
 
 
-def connect_redis(settings, max_reply_bytes=None):
+def connect_redis(settings: RedisSettings, max_reply_bytes: int | None = None) -> redis.Redis:
     """A Redis client for *settings*; it connects lazily, see ``ping_redis``.
 
     With *max_reply_bytes*, a reply that grows past it raises ReplyTooLarge
@@ -38,7 +49,7 @@ def connect_redis(settings, max_reply_bytes=None):
     DEBUG which JSON decoder and which Redis reply parser are in use.
     """
     log_in_use()
-    options = dict(
+    options: dict[str, Any] = dict(  # keyword arguments of redis.Redis, of many types
         username=settings.username,
         password=settings.password,
         db=settings.db,
@@ -53,7 +64,7 @@ def connect_redis(settings, max_reply_bytes=None):
     if settings.sentinel is None:
         client = redis.Redis(host=settings.host, port=settings.port, **options)
     else:
-        client = _sentinels(settings).master_for(settings.sentinel.master, **options)
+        client = _sentinels(settings.sentinel, settings.tls).master_for(settings.sentinel.master, **options)
     if max_reply_bytes is not None:
         from relay.reply_cap import cap_replies
 
@@ -61,18 +72,19 @@ def connect_redis(settings, max_reply_bytes=None):
     return client
 
 
-def _sentinels(settings):
+def _sentinels(sentinel: SentinelSettings, tls: bool) -> Sentinel:
     from redis.sentinel import Sentinel
 
-    return Sentinel(list(settings.sentinel.addresses), sentinel_kwargs=_sentinel_options(settings))
+    return Sentinel(list(sentinel.addresses), sentinel_kwargs=_sentinel_options(sentinel, tls))
 
 
-def _sentinel_options(settings):
-    return dict(password=settings.sentinel.password, ssl=settings.tls, socket_timeout=SENTINEL_TIMEOUT,
+def _sentinel_options(sentinel: SentinelSettings, tls: bool) -> dict[str, Any]:
+    """Keyword arguments of redis.Redis for a connection to a Sentinel."""
+    return dict(password=sentinel.password, ssl=tls, socket_timeout=SENTINEL_TIMEOUT,
                 socket_connect_timeout=SENTINEL_TIMEOUT, retry=Retry(NoBackoff(), 0))
 
 
-def ping_redis(client, settings, primary=None):
+def ping_redis(client: redis.Redis, settings: RedisSettings, primary: str | None = None) -> None:
     """PING Redis through *client*; DependencyError saying what did not answer.
 
     With Sentinels, each step has its own message: no Sentinel answered,
@@ -92,7 +104,7 @@ def ping_redis(client, settings, primary=None):
         raise DependencyError(f"{where}: {text}") from None
 
 
-def locate_primary(settings):
+def locate_primary(settings: RedisSettings) -> str:
     """"host:port" of the primary the Sentinels of *settings* name, asking them in order.
 
     Raises DependencyError: "no sentinel answered" (with each one's
@@ -100,15 +112,18 @@ def locate_primary(settings):
     they have not yet promoted a replica.
     """
     sentinel = settings.sentinel
+    assert sentinel is not None, "locate_primary needs the settings of Sentinels"
     where = f"Redis at {settings.redacted} is unreachable"
-    failures, down = [], None
+    failures: list[tuple[str, str]] = []
+    down = None
     for host, port in sentinel.addresses:
-        client = redis.Redis(host=host, port=port, **_sentinel_options(settings))
+        client = redis.Redis(host=host, port=port, **_sentinel_options(sentinel, settings.tls))
         try:
-            state = client.sentinel_master(sentinel.master)
+            # redis-py's annotation allows a bool for other clients; a plain client answers a dict
+            state = cast("dict[str, Any]", client.sentinel_master(sentinel.master))
         except redis.RedisError as error:
             if not (isinstance(error, redis.ResponseError) and "no such master" in str(error).lower()):
-                failures.append((host_port(host, port), _sentinel_refusal(error, settings)))
+                failures.append((host_port(host, port), _sentinel_refusal(error, sentinel)))
             continue
         finally:
             client.close()
@@ -117,7 +132,7 @@ def locate_primary(settings):
             return primary
         down = primary
     if len(failures) == len(sentinel.addresses):
-        by_reason = {}
+        by_reason: dict[str, list[str]] = {}
         for address, text in failures:
             by_reason.setdefault(text, []).append(address)
         raise DependencyError(f"{where}: no sentinel answered (" + "; ".join(
@@ -128,17 +143,17 @@ def locate_primary(settings):
     raise DependencyError(f"{where}: master \"{sentinel.master}\" unknown to the sentinels")
 
 
-def _sentinel_refusal(error, settings):
+def _sentinel_refusal(error: redis.RedisError, sentinel: SentinelSettings) -> str:
     """Why a Sentinel did not answer, in words; a login problem says what to set."""
     text = reason(error, innermost=True, limit=200)
     if isinstance(error, redis.AuthenticationError) or "authenticated" in text or text.startswith("NOAUTH"):
-        if settings.sentinel.password is None:
+        if sentinel.password is None:
             return "it asks for a password; set REDIS_SENTINEL_PASSWORD"
         return "it refused REDIS_SENTINEL_PASSWORD"
     return text
 
 
-def connect_docker(docker_env):
+def connect_docker(docker_env: Mapping[str, str]) -> docker.DockerClient:
     """A Docker client from the DOCKER_* variables in *docker_env*; pings the engine."""
     import docker
     from docker.errors import DockerException

@@ -33,9 +33,13 @@ a message: it may be a password.
 Standard library only: the admin commands import it.
 """
 
+from __future__ import annotations
+
 import os
 import re
 import stat
+from collections.abc import Callable, Mapping
+from typing import TypeAlias
 
 from relay.errors import ConfigError
 from relay.quoting import quote
@@ -48,7 +52,7 @@ _NEWLINE = "\n\r"
 _KEPT_IN_DOUBLE_QUOTES = '"\\`$'
 
 
-def command_environment(env_file, environ):
+def command_environment(env_file: str | os.PathLike[str] | None, environ: Mapping[str, str]) -> Mapping[str, str]:
     """*environ* with the variables of *env_file* it lacks; *env_file* None means SERVICE_ENV_FILE if it exists.
 
     ConfigError, one line naming the file (and the line), when the file
@@ -62,7 +66,7 @@ def command_environment(env_file, environ):
     return {**from_file, **environ}
 
 
-def read_environment_file(path):
+def read_environment_file(path: str | os.PathLike[str]) -> dict[str, str]:
     """The variables of the environment file *path*, in order; a name given twice keeps its last value."""
     shown = str(path) if str(path).isprintable() else quote(str(path))
     try:
@@ -88,7 +92,7 @@ def read_environment_file(path):
     return parse_environment(data, shown)
 
 
-def parse_environment(data, shown):
+def parse_environment(data: bytes, shown: str) -> dict[str, str]:
     """The assignments of *data* (bytes) as a dict; *shown* names the file in errors."""
     nul = data.find(b"\0")
     if nul >= 0:
@@ -100,17 +104,26 @@ def parse_environment(data, shown):
     return {name: value for name, value in _Reader(shown).read(text)}
 
 
+class _Escaped:
+    """The type of _ESCAPED."""
+
+
+_ESCAPED = _Escaped()  # marks, in a value being read, that a backslash kept the next character
+_State: TypeAlias = Callable[[str], "_State"]   # reads one character, returns the next state
+
+
 class _Reader:
     """systemd's parser, one method per state: each reads one character and returns the next state."""
 
-    def __init__(self, shown):
+    def __init__(self, shown: str) -> None:
         self.shown = shown
-        self.found = []        # (name, value), in file order
-        self.name, self.value = [], []
+        self.found: list[tuple[str, str]] = []        # (name, value), in file order
+        self.name: list[str] = []
+        self.value: list[str | _Escaped] = []
         self.line = self.start = 1
 
-    def read(self, text):
-        state = self.before_name
+    def read(self, text: str) -> list[tuple[str, str]]:
+        state: _State = self.before_name
         for character in text:
             state = state(character)
             if character == "\n":
@@ -127,7 +140,7 @@ class _Reader:
             self._assign(_text(self.value))
         return self.found
 
-    def before_name(self, character):
+    def before_name(self, character: str) -> _State:
         if character in "#;":
             return self.comment
         if character in _BLANK:
@@ -135,10 +148,10 @@ class _Reader:
         self.name, self.value, self.start = [character], [], self.line
         return self.in_name
 
-    def comment(self, character):
+    def comment(self, character: str) -> _State:
         return self.before_name if character in _NEWLINE else self.comment
 
-    def in_name(self, character):
+    def in_name(self, character: str) -> _State:
         if character in _NEWLINE:
             raise self._refusal('not NAME=value (there is no "=")')
         if character == "=":
@@ -146,7 +159,7 @@ class _Reader:
         self.name.append(character)
         return self.in_name
 
-    def before_value(self, character):
+    def before_value(self, character: str) -> _State:
         if character in _NEWLINE:
             return self._assign(_text(self.value))
         if character == "'":
@@ -157,7 +170,7 @@ class _Reader:
             return self.before_value
         return self.unquoted(character)
 
-    def unquoted(self, character):
+    def unquoted(self, character: str) -> _State:
         if character in _NEWLINE:
             return self._assign(_trailing_blanks_dropped(self.value))
         if character == "\\":
@@ -166,18 +179,18 @@ class _Reader:
         self.value.append(character)
         return self.unquoted
 
-    def escaped(self, character):
+    def escaped(self, character: str) -> _State:
         if character not in _NEWLINE:   # a backslash before a newline joins the lines
             self.value.append(character)
         return self.unquoted
 
-    def single_quoted(self, character):
+    def single_quoted(self, character: str) -> _State:
         if character == "'":
             return self.before_value
         self.value.append(character)
         return self.single_quoted
 
-    def double_quoted(self, character):
+    def double_quoted(self, character: str) -> _State:
         if character == '"':
             return self.before_value
         if character == "\\":
@@ -185,14 +198,14 @@ class _Reader:
         self.value.append(character)
         return self.double_quoted
 
-    def double_quoted_escape(self, character):
+    def double_quoted_escape(self, character: str) -> _State:
         if character in _KEPT_IN_DOUBLE_QUOTES:
             self.value.append(character)
         elif character != "\n":
             self.value += ["\\", character]
         return self.double_quoted
 
-    def _assign(self, value):
+    def _assign(self, value: str) -> _State:
         name = _name(self.name)
         if not _NAME.fullmatch(name):  # not quoted: a line gone wrong may hold a password before an "="
             raise self._refusal('what comes before "=" is not a variable name (letters, digits and _, '
@@ -200,22 +213,19 @@ class _Reader:
         self.found.append((name, value))
         return self.before_name
 
-    def _refusal(self, problem):
+    def _refusal(self, problem: str) -> ConfigError:
         return ConfigError(f"{self.shown}, line {self.start}: {problem}")
 
 
-_ESCAPED = object()  # marks, in a value being read, that a backslash kept the next character
-
-
-def _name(characters):
+def _name(characters: list[str]) -> str:
     return "".join(characters).rstrip(" \t")
 
 
-def _text(value):
-    return "".join(part for part in value if part is not _ESCAPED)
+def _text(value: list[str | _Escaped]) -> str:
+    return "".join(part for part in value if not isinstance(part, _Escaped))
 
 
-def _trailing_blanks_dropped(value):
+def _trailing_blanks_dropped(value: list[str | _Escaped]) -> str:
     """An unquoted value at its line's end: without its trailing blanks, except one a backslash kept."""
     end = len(value)
     while end and value[end - 1] in (" ", "\t", "\r") and not (end >= 2 and value[end - 2] is _ESCAPED):
@@ -223,5 +233,5 @@ def _trailing_blanks_dropped(value):
     return _text(value[:end])
 
 
-def _line_of(data, offset):
+def _line_of(data: bytes, offset: int) -> int:
     return data.count(b"\n", 0, offset) + 1

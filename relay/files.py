@@ -23,9 +23,13 @@ admin commands import this module.
 import os
 from contextlib import suppress
 from pathlib import Path
+from typing import TextIO, TypeAlias
+
+Owner: TypeAlias = tuple[int, int]   # (uid, gid)
+StrPath: TypeAlias = str | os.PathLike[str]
 
 
-def owner_of(directory):
+def owner_of(directory: StrPath) -> Owner | None:
     """The (uid, gid) that what this process writes under *directory* (the state directory, /functions)
     must get, or None.
 
@@ -45,7 +49,7 @@ def owner_of(directory):
     return None if owner == (os.geteuid(), os.getegid()) else owner
 
 
-def private_directory(path, owner=None):
+def private_directory(path: StrPath, owner: Owner | None = None) -> Path:
     """Make *path* (and its parents) exist, with mode 0700 on *path* itself, and *owner* (uid, gid) when given.
 
     A new directory is made 0700 from the start, never readable by others for
@@ -66,7 +70,7 @@ def private_directory(path, owner=None):
     return path
 
 
-def write_atomically(path, data, mode=0o600, owner=None):
+def write_atomically(path: StrPath, data: bytes, mode: int = 0o600, owner: Owner | None = None) -> None:
     """Replace *path* with *data* (bytes), *mode* and *owner* (uid, gid; None keeps this process's), atomically
     and durably."""
     import tempfile  # only writers pay for it
@@ -89,7 +93,7 @@ def write_atomically(path, data, mode=0o600, owner=None):
     sync_directory(path.parent)
 
 
-def open_lock_file(path, owner=None):
+def open_lock_file(path: StrPath, owner: Owner | None = None) -> TextIO:
     """*path* opened for appending (made when missing, never truncated), given to *owner* when not None:
     a file to flock."""
     lock = open(path, "a")
@@ -98,7 +102,7 @@ def open_lock_file(path, owner=None):
     return lock
 
 
-def give_tree(path, owner):
+def give_tree(path: StrPath, owner: Owner | None) -> None:
     """Give *path* and everything under it to *owner* (uid, gid), never following a symbolic link.
 
     For what another program wrote there as root (git's clone and fetches).
@@ -111,7 +115,7 @@ def give_tree(path, owner):
             os.lchown(os.path.join(directory, name), *owner)
 
 
-def sync_directory(directory):
+def sync_directory(directory: StrPath) -> None:
     """Make a rename or unlink in *directory* durable; a directory that cannot be synced is left as it is."""
     with suppress(OSError):
         fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)

@@ -41,15 +41,24 @@ server or the worker with it, nor keep a scrape or a delivery waiting.
   frees or a connection starts trickling.
 """
 
+from __future__ import annotations
+
 import io
 import logging
 import resource
 import socket
 import time
+from collections.abc import Callable
 from operator import attrgetter
+from types import TracebackType
+from typing import TYPE_CHECKING
 
 from gevent.pool import Pool
 from gevent.pywsgi import Input, WSGIHandler, WSGIServer
+
+if TYPE_CHECKING:
+    from _typeshed import WriteableBuffer
+    from _typeshed.wsgi import WSGIApplication, WSGIEnvironment
 
 log = logging.getLogger("relay.http")
 
@@ -63,7 +72,7 @@ LISTEN_BACKLOG = 1024  # connections the kernel queues for accept (capped by net
 WARNING_INTERVAL = 60.0
 
 
-def connection_cap(soft_limit=None):
+def connection_cap(soft_limit: int | None = None) -> int:
     """The number of connections one server keeps open at most, from the open-file soft limit."""
     if soft_limit is None:
         soft_limit = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
@@ -72,13 +81,13 @@ def connection_cap(soft_limit=None):
     return max(MIN_CONNECTIONS, min(MAX_CONNECTIONS, soft_limit // FILE_LIMIT_SHARE))
 
 
-def body_below_rate(received, elapsed, min_rate, grace):
+def body_below_rate(received: int, elapsed: float, min_rate: float, grace: float) -> bool:
     """Whether a body that sent *received* bytes in *elapsed* seconds is below *min_rate*,
     counted over at least *grace* seconds (so a body that has barely started is below it)."""
     return received < min_rate * max(elapsed, grace)
 
 
-def body_wait_left(received, elapsed, min_rate, grace):
+def body_wait_left(received: int, elapsed: float, min_rate: float, grace: float) -> float:
     """Seconds a body that sent *received* bytes in *elapsed* seconds may still wait for its next
     byte before its average falls below *min_rate* (the first *grace* seconds are free)."""
     return max(grace, received / min_rate) - elapsed
@@ -91,8 +100,9 @@ class BoundedWSGIServer(WSGIServer):
     *name* ("Metrics", "Webhook") prefixes the warnings logged when connections are closed.
     """
 
-    def __init__(self, address, app, *, name, cap=None, read_timeout=READ_TIMEOUT, min_body_rate=MIN_BODY_RATE,
-                 body_rate_grace=BODY_RATE_GRACE):
+    def __init__(self, address: tuple[str, int], app: WSGIApplication, *, name: str, cap: int | None = None,
+                 read_timeout: float = READ_TIMEOUT, min_body_rate: float = MIN_BODY_RATE,
+                 body_rate_grace: float = BODY_RATE_GRACE) -> None:
         self.cap = cap or connection_cap()
         super().__init__(address, app, backlog=LISTEN_BACKLOG, log=None, error_log=None, spawn=Pool(self.cap),
                          handler_class=_Connection)
@@ -100,7 +110,7 @@ class BoundedWSGIServer(WSGIServer):
         self.read_timeout = read_timeout
         self.min_body_rate = min_body_rate
         self.body_rate_grace = body_rate_grace
-        self.connections = set()  # the connections the server has started reading
+        self.connections: set[_Connection] = set()  # the connections the server has started reading
         self.starved = False      # the pool is full and nothing could be closed: accepting waits
         self.shed = RareWarning(f"{name} http server at its connection limit; closing the oldest connections "
                                  "waiting on a slow client", limit=self.cap)
@@ -108,7 +118,7 @@ class BoundedWSGIServer(WSGIServer):
                                         "below the minimum rate", min_bytes_per_second=min_body_rate)
         self.full = self._full_after_shedding  # gevent set it to the pool's full(); same hook, our rule
 
-    def _full_after_shedding(self):
+    def _full_after_shedding(self) -> bool:
         """Called before each accept, including right after the accept that fills the pool.
         At the cap, close the oldest trickling connection: its slot frees when its greenlet
         ends, and the pool then restarts accepting."""
@@ -121,12 +131,12 @@ class BoundedWSGIServer(WSGIServer):
             self.shed.count()
         return True
 
-    def oldest_trickling(self):
+    def oldest_trickling(self) -> _Connection | None:
         now = time.monotonic()
         trickling = [connection for connection in self.connections if connection.trickling(now)]
         return min(trickling, key=attrgetter("request_began"), default=None)
 
-    def client_awaited(self):
+    def client_awaited(self) -> None:
         """A connection is about to wait for its client. If accepting stopped because nothing
         could be closed, look again: this one may be what the next client replaces."""
         if self.starved and self._watcher is None and self._timer is None and self.started:
@@ -138,17 +148,21 @@ class _Connection(WSGIHandler):
     """One client connection: its reads go through receive_into, which knows what the server
     waits for (a head, a body) and how fast the body comes; each request has the deadline."""
 
-    def __init__(self, sock, address, server, rfile=None):
+    server: BoundedWSGIServer
+    wsgi_input: _Body | None
+
+    def __init__(self, sock: socket.socket, address: tuple[str, int], server: BoundedWSGIServer,
+                 rfile: io.BufferedReader | None = None) -> None:
         super().__init__(sock, address, server, rfile or io.BufferedReader(_ClientStream(self)))
         self.request_began = time.monotonic()  # when the server began waiting for the current request
-        self.head_read_at = None               # when its head was read; None while the head is awaited
+        self.head_read_at: float | None = None  # when its head was read; None while the head is awaited
         self.received = 0                      # bytes read from the socket, all requests
         self.head_end = 0                      # the stream offset where the current request's head ended
         self.awaiting_client = False           # blocked reading from the socket right now
         self.ended = False                     # a read found the end of the stream
         self.was_cut = False                   # the server shut the socket down
 
-    def handle(self):
+    def handle(self) -> None:
         self.server.connections.add(self)
         try:
             super().handle()
@@ -157,7 +171,7 @@ class _Connection(WSGIHandler):
         finally:
             self.server.connections.discard(self)
 
-    def handle_one_request(self):
+    def handle_one_request(self) -> object:
         self.request_began, self.head_read_at = time.monotonic(), None
         deadline = self.server.loop.timer(self.server.read_timeout)
         deadline.start(self.cut)
@@ -169,28 +183,30 @@ class _Connection(WSGIHandler):
             return None  # close: the socket is shut down, or a body is left unread on it
         return result
 
-    def read_request(self, raw_requestline):
+    def read_request(self, raw_requestline: str) -> object:
         parsed = self.ended or super().read_request(raw_requestline)
         if self.ended:  # gevent takes a head cut short by the end of the stream for a whole one
             raise ConnectionAbortedError("the request head ended early")
         self.head_read_at, self.head_end = time.monotonic(), self.rfile.tell()  # tell: what the parser took
         return parsed
 
-    def get_environ(self):
+    def get_environ(self) -> WSGIEnvironment:
         environ = super().get_environ()
-        body = self.wsgi_input
+        body: Input = self.wsgi_input  # gevent's, which super().get_environ() just made
         self.wsgi_input = _Body(body.rfile, body.content_length, socket=body.socket, chunked_input=body.chunked_input)
         if environ["wsgi.input"] is body:
             environ["wsgi.input"] = self.wsgi_input
         return environ
 
-    def start_response(self, status, headers, exc_info=None):
+    def start_response(self, status: str, headers: list[tuple[str, str]],
+                       exc_info: tuple[type[BaseException], BaseException, TracebackType] | None = None,
+                       ) -> Callable[[bytes], object]:
         if self._body_left():
             headers = [(name, value) for name, value in headers if name.lower() != "connection"]
             headers.append(("Connection", "close"))
         return super().start_response(status, headers, exc_info)
 
-    def receive_into(self, buffer):
+    def receive_into(self, buffer: WriteableBuffer) -> int:
         """Read from the socket into *buffer*, as the raw stream under ``self.rfile``."""
         wait = self._body_wait_left()  # past it, only what has already arrived is taken
         sock = self.socket
@@ -210,7 +226,7 @@ class _Connection(WSGIHandler):
         self.ended = count == 0
         return count
 
-    def trickling(self, now):
+    def trickling(self, now: float) -> bool:
         """Whether the server waits on this connection for a head, or for a body below the rate."""
         if not self.awaiting_client or self.was_cut:
             return False
@@ -220,13 +236,13 @@ class _Connection(WSGIHandler):
         return body_below_rate(self.received - self.head_end, now - self.head_read_at,
                                server.min_body_rate, server.body_rate_grace)
 
-    def cut(self):
+    def cut(self) -> None:
         """Shut the socket down: a blocked read returns end-of-stream, a write fails, and the
         connection ends the ordinary way (closed by its handler, nothing logged)."""
         self.was_cut = True
         _shutdown(self.socket, socket.SHUT_RDWR)
 
-    def _too_slow(self):
+    def _too_slow(self) -> int:
         """The body fell below the minimum rate: its reads end here (the application may still
         answer, on a connection that then closes)."""
         if not self.was_cut:
@@ -235,24 +251,24 @@ class _Connection(WSGIHandler):
             self.server.slow_bodies.count()
         return 0
 
-    def _body_wait_left(self):
+    def _body_wait_left(self) -> float | None:
         if self.head_read_at is None:
             return None
         server = self.server
         return body_wait_left(self.received - self.head_end, time.monotonic() - self.head_read_at,
                               server.min_body_rate, server.body_rate_grace)
 
-    def _body_left(self):
+    def _body_left(self) -> bool:
         body = self.wsgi_input
         return body is not None and body.unread()
 
-    def handle_error(self, t, v, tb):
+    def handle_error(self, t: type[BaseException], v: BaseException, tb: TracebackType | None) -> None:
         if self.was_cut:  # the application's read or write failed because the server cut it
             self.close_connection = True
             return
         super().handle_error(t, v, tb)
 
-    def _handle_client_error(self, ex):
+    def _handle_client_error(self, ex: BaseException) -> object:
         if isinstance(ex, OSError):  # the peer went away or was cut: close without a word
             return None
         return super()._handle_client_error(ex)
@@ -261,16 +277,16 @@ class _Connection(WSGIHandler):
 class _ClientStream(io.RawIOBase):
     """The raw stream under a connection's buffered rfile: every read is the connection's."""
 
-    def __init__(self, connection):
+    def __init__(self, connection: _Connection) -> None:
         self.connection = connection
 
-    def readable(self):
+    def readable(self) -> bool:
         return True
 
-    def readinto(self, buffer):
+    def readinto(self, buffer: WriteableBuffer) -> int:
         return self.connection.receive_into(buffer)
 
-    def tell(self):
+    def tell(self) -> int:
         return self.connection.received
 
 
@@ -280,12 +296,12 @@ class _Body(Input):
 
     __slots__ = ()
 
-    def unread(self):
+    def unread(self) -> bool:
         if self.chunked_input:  # up to its last chunk, or stopped by a malformed one
             return self.chunk_length != 0 or self._chunked_input_error
         return self.position < (self.content_length or 0)
 
-    def _discard(self):
+    def _discard(self) -> None:
         pass
 
 
@@ -293,12 +309,12 @@ class RareWarning:
     """Counts what a client was refused and logs a warning about it at most once a WARNING_INTERVAL,
     with how many times it happened since the last one (under *counted*: closed connections by default)."""
 
-    def __init__(self, message, counted="closed", logger=log, **extra):
+    def __init__(self, message: str, counted: str = "closed", logger: logging.Logger = log, **extra: object) -> None:
         self.message, self.counted, self.logger, self.extra = message, counted, logger, extra
         self.since_warning = 0
-        self.last_warning = None
+        self.last_warning: float | None = None
 
-    def count(self):
+    def count(self) -> None:
         self.since_warning += 1
         now = time.monotonic()
         if self.last_warning is None or now - self.last_warning >= WARNING_INTERVAL:
@@ -306,7 +322,7 @@ class RareWarning:
             self.last_warning, self.since_warning = now, 0
 
 
-def _shutdown(sock, how):
+def _shutdown(sock: socket.socket, how: int) -> None:
     try:
         sock.shutdown(how)
     except OSError:

@@ -12,6 +12,7 @@ here: it is a raw transport (see the executor).
 import logging
 import sys
 from datetime import datetime
+from typing import TextIO
 
 LEVEL_NUMBERS = {"DEBUG": logging.DEBUG, "INFO": logging.INFO, "WARN": logging.WARNING, "ERROR": logging.ERROR}
 _LEVEL_NAMES = {logging.DEBUG: "DEBUG", logging.INFO: "INFO", logging.WARNING: "WARN", logging.ERROR: "ERROR"}
@@ -21,7 +22,7 @@ _ESCAPES = {'"': '\\"', "\\": "\\\\", "\n": "\\n", "\r": "\\r", "\t": "\\t",
 
 
 class LogfmtFormatter(logging.Formatter):
-    def format(self, record):
+    def format(self, record: logging.LogRecord) -> str:
         stamp = datetime.fromtimestamp(record.created).astimezone().isoformat(timespec="milliseconds")
         level = _LEVEL_NAMES.get(record.levelno) or ("ERROR" if record.levelno > logging.ERROR else "DEBUG")
         parts = [f"time={stamp.replace('+00:00', 'Z')}", f"level={level}", f"msg={quote(record.getMessage())}"]
@@ -33,7 +34,7 @@ class LogfmtFormatter(logging.Formatter):
         return " ".join(parts)
 
 
-def configure_logging(level="INFO", stream=None):
+def configure_logging(level: str = "INFO", stream: TextIO | None = None) -> logging.Logger:
     """Send Relay's log records, at *level* and above, to stderr as logfmt."""
     handler = logging.StreamHandler(stream or sys.stderr)
     handler.setFormatter(LogfmtFormatter())
@@ -44,7 +45,7 @@ def configure_logging(level="INFO", stream=None):
     return root
 
 
-def quote(value):
+def quote(value: object) -> str:
     """Render *value* as a logfmt value, quoting and escaping only when needed."""
     if value is None:
         return "<nil>"
@@ -56,7 +57,7 @@ def quote(value):
     return f'"{escape(text)}"'
 
 
-def escape(text):
+def escape(text: str) -> str:
     """*text* safe between double quotes on one line: quotes, backslashes, control
     characters, line separators and lone surrogates become Go-style escapes."""
     if text.isprintable() and '"' not in text and "\\" not in text:
@@ -64,7 +65,7 @@ def escape(text):
     return "".join(_escape(char) for char in text)
 
 
-def _escape(char):
+def _escape(char: str) -> str:
     if char in _ESCAPES:
         return _ESCAPES[char]
     if char.isprintable():
@@ -75,5 +76,5 @@ def _escape(char):
     return f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
 
 
-def _key(name):
+def _key(name: str) -> str:
     return "".join(char if char > " " and char not in '="' and char.isprintable() else "_" for char in name) or "_"

@@ -6,10 +6,16 @@ template Relay loads would put a Python traceback among its log lines. The
 task here returns its exception instead, and the caller raises it.
 """
 
+from collections.abc import Callable
+from typing import TypeVar, TypeVarTuple
+
 import gevent
 
+T = TypeVar("T")
+Ts = TypeVarTuple("Ts")
 
-def in_thread(function, *args):
+
+def in_thread(function: Callable[[*Ts], T], *args: *Ts) -> T:
     """*function(*args)* in the hub's thread pool; its value, or its exception raised here."""
     failed, outcome = gevent.get_hub().threadpool.apply(_call, (function, args))
     if failed:
@@ -17,7 +23,7 @@ def in_thread(function, *args):
     return outcome
 
 
-def _call(function, args):
+def _call(function: Callable[[*Ts], T], args: tuple[*Ts]) -> tuple[bool, T | Exception]:
     try:
         return False, function(*args)
     except Exception as error:  # raised again by in_thread, in the caller's greenlet

@@ -123,7 +123,7 @@ def test_startup_never_times_a_failing_command():
 
 def test_startup_writes_a_state_database_the_commands_can_read(tmp_path):
     """The state it times `function ls` and `stats` against is the current schema's."""
-    from relay.view.database import StateReader
+    from relay.view.reader import StateReader
 
     startup.write_state(tmp_path)
     reader = StateReader(tmp_path / "db.sqlite3")

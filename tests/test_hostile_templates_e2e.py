@@ -10,7 +10,8 @@ from relay.functions.document import MAX_NODES
 from relay.gitsync.layout import Layout
 from relay.gitsync.source import make_source, save_source
 from relay.secrets.store import FileSecretStore
-from relay.view.database import FAILED, READY, StateReader
+from relay.view.reader import StateReader
+from relay.view.records import FAILED, READY
 from tests.support.hot_reload import publish, remove_images
 from tests.support.templates import alias_bomb
 from tests.support.workers import Worker, engine_env, namespaced_relay_command, wait_until, write_function

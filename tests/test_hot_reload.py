@@ -8,7 +8,8 @@ import time
 
 import pytest
 
-from relay.view.database import FAILED, PENDING, READY, SUCCESS, StateReader
+from relay.view.reader import StateReader
+from relay.view.records import FAILED, PENDING, READY, SUCCESS
 from tests.support.commands import view_command
 from tests.support.hot_reload import publish, remove_images
 from tests.support.workers import (

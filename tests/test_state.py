@@ -8,7 +8,9 @@ from datetime import UTC, datetime
 import pytest
 
 from relay.errors import StateError
-from relay.view.database import (
+from relay.view.database import StateDatabase, rfc3339
+from relay.view.reader import StateReader
+from relay.view.records import (
     EVENT,
     FAILED,
     PENDING,
@@ -20,11 +22,8 @@ from relay.view.database import (
     FunctionStats,
     HandlerRecord,
     LimitWaits,
-    StateDatabase,
-    StateReader,
     Stats,
     WarmRecord,
-    rfc3339,
 )
 from tests.support.state import write_schema_1_database
 

@@ -15,7 +15,9 @@ from relay.functions import Function, parse_template
 from relay.live.status import FunctionStatus, Outcome
 from relay.metrics.prometheus import Metrics, PrometheusObserver
 from relay.stream.limits import Limit
-from relay.view.database import (
+from relay.view.database import StateDatabase
+from relay.view.reader import StateReader
+from relay.view.records import (
     FAILED,
     PENDING,
     READY,
@@ -25,8 +27,6 @@ from relay.view.database import (
     FunctionStats,
     HandlerRecord,
     LimitWaits,
-    StateDatabase,
-    StateReader,
     WarmRecord,
 )
 from relay.view.writer import StateWriter, function_record, previous_functions, stats_snapshot

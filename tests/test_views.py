@@ -12,7 +12,8 @@ import pytest
 from relay.commands import function as function_command
 from relay.commands import stats as stats_command
 from relay.view import report
-from relay.view.database import (
+from relay.view.database import StateDatabase
+from relay.view.records import (
     FAILED,
     PENDING,
     READY,
@@ -23,7 +24,6 @@ from relay.view.database import (
     FunctionStats,
     HandlerRecord,
     LimitWaits,
-    StateDatabase,
     Stats,
     WarmRecord,
 )
@@ -422,7 +422,7 @@ def test_function_ls_counts_event_handlers_only_as_the_reference_does():
     """The reference lists user-events-python (three event handlers, two schedules) with HANDLERS 3."""
     from dataclasses import replace
 
-    from relay.view.database import SCHEDULE
+    from relay.view.records import SCHEDULE
 
     scheduled = replace(USER_EVENTS, handlers=(*USER_EVENTS.handlers,
                                                HandlerRecord("jobs.nightly.handler", "1m", SCHEDULE, "0 2 * * *"),

@@ -13,23 +13,33 @@ separators, lone surrogates: whatever ``str.isprintable`` refuses) is written
 as an escape such as \\x1b or \\u009b. ``--json`` output is JSON's own.
 """
 
+from __future__ import annotations
+
 import base64
 import json
 import os
 import shutil
 import sys
 import time
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, TextIO
 
 import redis
 
 from relay.errors import RelayError
 from relay.quoting import shorten
 
+if TYPE_CHECKING:
+    from relay.commands import Arguments
+    from relay.errors import DeadLetterError
+    from relay.stream.deadletters import DeadLetter, DeadLetters
+
 REDRIVE_CHUNK = 100  # entries sent back per script: each chunk is one atomic step
 _NAMED_ESCAPES = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
 
 
-def run(args, environ=None, stdin=None, stdout=None):
+def run(args: Arguments, environ: Mapping[str, str] | None = None, stdin: TextIO | None = None,
+        stdout: TextIO | None = None) -> int:
     """Run one ``relay dlq`` command from docopt's *args*; return the exit code."""
     stdin = sys.stdin if stdin is None else stdin
     stdout = sys.stdout if stdout is None else stdout
@@ -58,7 +68,7 @@ def run(args, environ=None, stdin=None, stdout=None):
         return 130
 
 
-def _connect(environ):
+def _connect(environ: Mapping[str, str]) -> DeadLetters:
     from relay.clients import connect_redis, ping_redis
     from relay.config import load_redis_settings, load_stream
     from relay.stream.deadletters import DeadLetters
@@ -73,7 +83,7 @@ def _connect(environ):
 # --- ls, show ---------------------------------------------------------------------------
 
 
-def _ls(letters, args, stdout):
+def _ls(letters: DeadLetters, args: Arguments, stdout: TextIO) -> int:
     from relay.stream.deadletters import since
 
     limit = _positive(args["--limit"], "--limit") if args["--limit"] is not None else None
@@ -98,7 +108,7 @@ def _ls(letters, args, stdout):
     return 0
 
 
-def _show(letters, args, stdout):
+def _show(letters: DeadLetters, args: Arguments, stdout: TextIO) -> int:
     [letter] = letters.get([args["<dlq-id>"][0]])
     if args["--json"]:
         stdout.write(json.dumps(_record(letter), ensure_ascii=False, indent=2) + "\n")
@@ -123,7 +133,7 @@ def _show(letters, args, stdout):
 # --- redrive, purge ---------------------------------------------------------------------
 
 
-def _redrive(letters, args, stdout):
+def _redrive(letters: DeadLetters, args: Arguments, stdout: TextIO) -> int:
     if args["--all"]:
         chosen = letters.newest(function=args["--function"])
         cut = [letter for letter in chosen if letter.truncated]
@@ -150,7 +160,7 @@ def _redrive(letters, args, stdout):
     return 0
 
 
-def _purge(letters, args, stdin, stdout):
+def _purge(letters: DeadLetters, args: Arguments, stdin: TextIO, stdout: TextIO) -> int:
     from relay.stream.deadletters import since
 
     if args["--all"]:
@@ -176,13 +186,13 @@ def _purge(letters, args, stdin, stdout):
 # --- helpers ----------------------------------------------------------------------------
 
 
-def _record(letter):
+def _record(letter: DeadLetter) -> dict[str, object]:
     """Every field of *letter* as JSON values; an event that is not UTF-8 goes as base64."""
-    record = {"dlq_id": letter.dlq_id, "original_id": letter.original_id,
-              "original_stream": letter.original_stream, "group": letter.group, "consumer": letter.consumer,
-              "reason": letter.reason, "attempts": letter.attempts, "timestamp": letter.timestamp,
-              "targets": list(letter.targets), "truncated": letter.truncated, "event_bytes": letter.event_bytes,
-              "schedule": letter.schedule}
+    record: dict[str, object] = {
+        "dlq_id": letter.dlq_id, "original_id": letter.original_id, "original_stream": letter.original_stream,
+        "group": letter.group, "consumer": letter.consumer, "reason": letter.reason, "attempts": letter.attempts,
+        "timestamp": letter.timestamp, "targets": list(letter.targets), "truncated": letter.truncated,
+        "event_bytes": letter.event_bytes, "schedule": letter.schedule}
     try:
         record["event"] = letter.event.decode("utf-8")
     except UnicodeDecodeError:
@@ -190,7 +200,7 @@ def _record(letter):
     return record
 
 
-def _pretty(event):
+def _pretty(event: bytes) -> str:
     """The event for a person: indented when it is JSON, its lines kept, nothing a terminal acts on."""
     try:
         text = event.decode("utf-8")
@@ -203,25 +213,25 @@ def _pretty(event):
     return "\n".join(_shown(line) for line in text.split("\n"))
 
 
-def _one_line(text):
+def _one_line(text: str) -> str:
     return " ".join(text.split())
 
 
-def _attempts(letter):
+def _attempts(letter: DeadLetter) -> str:
     """The attempts as a number, or the field's own text (escaped, cut) when it is not ASCII digits."""
     if letter.attempts is not None:
         return str(letter.attempts)
     return shorten(_shown(letter.attempts_text), 40) or "-"
 
 
-def _shown(text):
+def _shown(text: str) -> str:
     """*text* with every character that ``str.isprintable`` refuses written as a Python-style escape."""
     if text.isprintable():
         return text
     return "".join(character if character.isprintable() else _escape(character) for character in text)
 
 
-def _escape(character):
+def _escape(character: str) -> str:
     code = ord(character)
     if character in _NAMED_ESCAPES:
         return _NAMED_ESCAPES[character]
@@ -230,7 +240,7 @@ def _escape(character):
     return f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
 
 
-def _age(milliseconds):
+def _age(milliseconds: float) -> str:
     seconds = max(0, int(milliseconds // 1000))
     for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
         if seconds >= size:
@@ -238,17 +248,17 @@ def _age(milliseconds):
     return f"{seconds}s"
 
 
-def _entries(count):
+def _entries(count: int) -> str:
     return f"{count} {'entry' if count == 1 else 'entries'}"
 
 
-def _positive(text, option):
+def _positive(text: str, option: str) -> int:
     if not (text.isascii() and text.isdigit() and len(text) <= 18) or int(text) < 1:
         raise _refusal(f"{option}={text!r} is not a positive whole number")
     return int(text)
 
 
-def _duration(text, option):
+def _duration(text: str, option: str) -> int:
     from relay.durations import parse_duration
     from relay.errors import DurationError
 
@@ -261,7 +271,7 @@ def _duration(text, option):
     return value
 
 
-def _refusal(text):
+def _refusal(text: str) -> DeadLetterError:
     from relay.errors import DeadLetterError
 
     return DeadLetterError(text)

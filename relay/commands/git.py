@@ -5,16 +5,25 @@ keygen, set, status and remove use the standard library only (keygen adds
 line on stderr, prefixed with the command, and exit 1.
 """
 
+from __future__ import annotations
+
 import shutil
 import sys
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from relay.errors import GitSyncError, reason
 from relay.gitsync.layout import Layout
 
+if TYPE_CHECKING:
+    from relay.commands import Arguments
+    from relay.gitsync.history import SyncRecord
+    from relay.gitsync.source import Source
+
 NOTHING_CONFIGURED = "No git source configured."
 
 
-def run(args, layout=None):
+def run(args: Arguments, layout: Layout | None = None) -> int:
     """Run one ``relay git`` command from docopt's *args*; return the exit code."""
     layout = Layout() if layout is None else layout
     command = next(word for word in _SUBCOMMANDS if args[word])
@@ -31,7 +40,7 @@ def run(args, layout=None):
     return 1
 
 
-def _keygen(args, layout):
+def _keygen(args: Arguments, layout: Layout) -> int:
     from relay.gitsync.keys import fingerprint, generate_key
 
     line = generate_key(layout, force=args["--force"])
@@ -43,7 +52,7 @@ def _keygen(args, layout):
     return 0
 
 
-def _set(args, layout):
+def _set(args: Arguments, layout: Layout) -> int:
     from relay.gitsync.source import make_source, save_source
 
     source = make_source(args["<repository>"], args["--ref"], args["--path"], args["--webhook-secret"])
@@ -62,7 +71,7 @@ def _set(args, layout):
     return 0
 
 
-def _sync(args, layout):
+def _sync(args: Arguments, layout: Layout) -> int:
     from relay.gitsync.sync import sync
 
     result = sync(layout, report=lambda line: print(line, flush=True),
@@ -78,7 +87,7 @@ def _sync(args, layout):
     return 0
 
 
-def _status(args, layout):
+def _status(args: Arguments, layout: Layout) -> int:
     from relay.gitsync.history import head_commit, last_sync
     from relay.gitsync.keys import fingerprint, public_key_line
     from relay.gitsync.source import load_source
@@ -111,7 +120,7 @@ def _status(args, layout):
     return 0
 
 
-def _status_json(source, layout):
+def _status_json(source: Source | None, layout: Layout) -> int:
     """``relay git status --json``: one object, its shape documented in docs/operations.md."""
     import json
 
@@ -135,7 +144,7 @@ def _status_json(source, layout):
     return 0
 
 
-def _remove(args, layout):
+def _remove(args: Arguments, layout: Layout) -> int:
     import fcntl
 
     from relay.files import open_lock_file
@@ -157,11 +166,11 @@ def _remove(args, layout):
     return 0
 
 
-def _where(source):
+def _where(source: Source) -> str:
     return f"path {source.path}" if source.path else "repository root"
 
 
-def _last_sync_text(record, source):
+def _last_sync_text(record: SyncRecord | None, source: Source) -> str:
     if not record:
         return "never"
     count = len(record.get("functions") or [])
@@ -173,4 +182,5 @@ def _last_sync_text(record, source):
     return text
 
 
-_SUBCOMMANDS = {"keygen": _keygen, "set": _set, "sync": _sync, "status": _status, "remove": _remove}
+_SUBCOMMANDS: dict[str, Callable[[Arguments, Layout], int]] = {
+    "keygen": _keygen, "set": _set, "sync": _sync, "status": _status, "remove": _remove}

@@ -9,23 +9,31 @@ check asks the Sentinels for the primary and PINGs it, and says which step
 failed (relay.clients.ping_redis).
 """
 
+from __future__ import annotations
+
 import os
 import sys
 import threading
 import time
+from collections.abc import Callable, Mapping
 from functools import partial
+from typing import TYPE_CHECKING
 
 from relay.errors import RelayError
+
+if TYPE_CHECKING:
+    from relay.commands import Arguments
+    from relay.config import RedisSettings
 
 DEADLINE = 5.0  # seconds for the whole command, both checks together
 
 
-def run(args, environ=None):
+def run(args: Arguments, environ: Mapping[str, str] | None = None) -> int:
     """Run ``relay health``; return the exit code."""
     return health(environ, env_file=args["--env-file"])
 
 
-def health(environ=None, deadline=DEADLINE, env_file=None):
+def health(environ: Mapping[str, str] | None = None, deadline: float = DEADLINE, env_file: str | None = None) -> int:
     """*environ* None: this process's environment, completed by *env_file* (relay.envfile)."""
     try:
         from relay.config import load_docker_env, load_redis_settings
@@ -66,20 +74,20 @@ class _Check:
     (``what``, for the deadline's message) and add to the ok line (``detail``).
     """
 
-    def __init__(self, name, where, what, ping):
+    def __init__(self, name: str, where: str, what: str, ping: Callable[[_Check], None]) -> None:
         self.name, self.where, self.what = name, where, what
         self.ok = False
-        self.error = None
+        self.error: str | None = None
         self.detail = ""
         self._thread = threading.Thread(target=self._run, args=(ping,), name=f"health-{name}", daemon=True)
 
-    def start(self):
+    def start(self) -> None:
         self._thread.start()
 
-    def join(self, timeout):
+    def join(self, timeout: float) -> None:
         self._thread.join(timeout)
 
-    def _run(self, ping):
+    def _run(self, ping: Callable[[_Check], None]) -> None:
         try:
             ping(self)
             self.ok = True
@@ -87,7 +95,7 @@ class _Check:
             self.error = str(error)
 
 
-def _ping_redis(settings, check):
+def _ping_redis(settings: RedisSettings, check: _Check) -> None:
     """PING Redis; under Sentinel, first ask where the primary is, so a primary that never
     answers is named in the deadline's message."""
     from relay.clients import connect_redis, locate_primary, ping_redis
@@ -104,7 +112,7 @@ def _ping_redis(settings, check):
         client.close()
 
 
-def _ping_docker(docker_env, check):
+def _ping_docker(docker_env: Mapping[str, str], check: _Check) -> None:
     from relay.clients import connect_docker
 
     connect_docker(docker_env).close()

@@ -8,13 +8,20 @@ lists them all). Neither Redis
 nor Docker is needed.
 """
 
+from __future__ import annotations
+
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING, TextIO
+
+if TYPE_CHECKING:
+    from relay.commands import Arguments
+    from relay.errors import TemplateError
 
 MATCHED, NONE_MATCHED, FAILED = 0, 3, 1
 
 
-def run(args, stdin=None, stdout=None):
+def run(args: Arguments, stdin: TextIO | None = None, stdout: TextIO | None = None) -> int:
     """Run ``relay match`` from docopt's *args*; 0 when a handler matches, 3 when none does, 1 on an error."""
     from relay.errors import TemplateError
     from relay.functions import ActiveFunction, load_function
@@ -36,7 +43,7 @@ def run(args, stdin=None, stdout=None):
     if not root.is_dir():
         print(f"relay match: {root} is not a directory", file=sys.stderr)
         return FAILED
-    functions = []
+    functions: list[ActiveFunction] = []
     for name in function_names(root):
         try:
             functions.append(ActiveFunction(load_function(root / name), image=""))
@@ -62,10 +69,12 @@ def run(args, stdin=None, stdout=None):
     return MATCHED
 
 
-def _first_problem(error):
+def _first_problem(error: TemplateError) -> str:
     """The first problem of *error* (a TemplateError) on one line, with how many more there are."""
-    problems = getattr(error, "problems", ())
-    if not problems:
+    from relay.errors import InvalidTemplate
+
+    if not isinstance(error, InvalidTemplate) or not error.problems:
         return str(error).splitlines()[0]
+    problems = error.problems
     more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
     return f"{error.source}: {problems[0]}{more}"

@@ -7,14 +7,22 @@ A value is never echoed, printed or put in an error message. ``ls`` marks
 the secret that signs webhook deliveries (``relay git set --webhook-secret``).
 """
 
+from __future__ import annotations
+
 import sys
+from typing import TYPE_CHECKING, TextIO
 
 from relay.errors import SecretError
 from relay.gitsync.webhook_secret import secret_store
-from relay.secrets.store import MAX_VALUE_BYTES, secret_name_problem
+from relay.names import secret_name_problem
+from relay.secrets.store import MAX_VALUE_BYTES
+
+if TYPE_CHECKING:
+    from relay.commands import Arguments
+    from relay.secrets.store import FileSecretStore
 
 
-def run(args, store=None, stdin=None):
+def run(args: Arguments, store: FileSecretStore | None = None, stdin: TextIO | None = None) -> int:
     """Run one ``relay secret`` command from docopt's *args*; return the exit code."""
     store = secret_store() if store is None else store
     stdin = sys.stdin if stdin is None else stdin
@@ -40,7 +48,7 @@ def run(args, store=None, stdin=None):
     return 0
 
 
-def read_value(name, stdin):
+def read_value(name: str, stdin: TextIO | None) -> bytes:
     """The value to store, as bytes: typed without echo on a terminal, else all of *stdin*."""
     if stdin is None or stdin.closed:
         return b""

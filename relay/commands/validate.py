@@ -4,13 +4,21 @@ What a functions repository runs in its own CI before Relay syncs it. It
 needs neither Redis nor Docker (relay.live.validation says what is checked).
 """
 
+from __future__ import annotations
+
 import json
 import sys
+from typing import TYPE_CHECKING, TextIO
 
 from relay.errors import SecretError
 
+if TYPE_CHECKING:
+    from relay.commands import Arguments
+    from relay.live.validation import Finding
+    from relay.secrets.store import FileSecretStore
 
-def run(args, stdout=None, store=None):
+
+def run(args: Arguments, stdout: TextIO | None = None, store: FileSecretStore | None = None) -> int:
     """Run ``relay validate`` from docopt's *args*; 0 when there is no error, else 1."""
     from relay.gitsync.webhook_secret import secret_store
     from relay.live.validation import ERROR, WARNING, Finding, validate
@@ -18,7 +26,9 @@ def run(args, stdout=None, store=None):
     stdout = sys.stdout if stdout is None else stdout
     root = args["<dir>"] or "/functions"
     store = secret_store() if store is None else store
-    notes = []
+    notes: list[Finding] = []
+    secret_names: set[str] | None
+    webhook_secret: str | None
     try:
         secret_names, webhook_secret = set(store.names()), store.webhook_secret()
     except SecretError as error:

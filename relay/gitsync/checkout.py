@@ -22,24 +22,32 @@ owns. The owner is the service's user, which the shipped unit already lets
 use the Docker socket: root trusting its checkout gives it nothing new.
 """
 
+from __future__ import annotations
+
 import re
 import shlex
 import shutil
 import tempfile
+from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import git
 
 from relay.errors import GitSyncError, SourceError, reason
-from relay.files import give_tree, private_directory
+from relay.files import Owner, give_tree, private_directory
 from relay.gitsync.source import remote_refs
+
+if TYPE_CHECKING:
+    from relay.gitsync.layout import Layout
+    from relay.gitsync.source import Source
 
 _COMMIT = re.compile(r"[0-9a-f]{4,64}")
 _FULL_COMMIT = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")  # only a full id may be fetched by id
 FETCH_REFSPECS = ("+refs/heads/*:refs/remotes/origin/*", "+refs/tags/*:refs/tags/*")
 
 
-def git_environment(layout):
+def git_environment(layout: Layout) -> dict[str, str]:
     """The variables every git command of a sync runs with: Relay's ssh, no system or user git config,
     and the checkout (wherever it is) marked safe for a root that does not own it."""
     ssh = ["ssh", "-F", "/dev/null", "-i", str(layout.key),
@@ -60,7 +68,7 @@ def git_environment(layout):
     }
 
 
-def update_checkout(layout, source, report):
+def update_checkout(layout: Layout, source: Source, report: Callable[[str], None]) -> str:
     """Bring the checkout to the commit *source*'s ref names now; return that commit's id."""
     environment = git_environment(layout)
     owner = layout.owner
@@ -81,7 +89,7 @@ def update_checkout(layout, source, report):
             give_tree(layout.checkout, owner)
 
 
-def _open(path, url, report, environment):
+def _open(path: Path, url: str, report: Callable[[str], None], environment: Mapping[str, str]) -> git.Repo | None:
     """The existing checkout of *url*, or None after deleting anything else found at *path*."""
     if not path.exists():
         return None
@@ -104,7 +112,7 @@ def _open(path, url, report, environment):
     return None
 
 
-def _clone(layout, url, environment, owner):
+def _clone(layout: Layout, url: str, environment: Mapping[str, str], owner: Owner | None) -> git.Repo:
     private_directory(layout.git_dir, owner)
     for leftover in layout.git_dir.glob(".checkout-*"):  # of a clone that was killed; sync holds the lock
         shutil.rmtree(leftover, ignore_errors=True)
@@ -125,7 +133,7 @@ def _clone(layout, url, environment, owner):
     return repo
 
 
-def _resolve(repo, source):
+def _resolve(repo: git.Repo, source: Source) -> str:
     """The commit of *source*'s ref: a branch first, then a tag, then a commit id."""
     ref = source.ref
     for remote_ref in remote_refs(ref):
@@ -147,14 +155,14 @@ def _resolve(repo, source):
     raise SourceError(f"--ref {ref!r} is neither a branch, a tag nor a commit of {source.repository}")
 
 
-def _commit(repo, name):
+def _commit(repo: git.Repo, name: str) -> str | None:
     try:
         return repo.git.rev_parse("--verify", "--quiet", "--end-of-options", f"{name}^{{commit}}") or None
     except git.GitCommandError:
         return None
 
 
-def _git(repo, command, *args):
+def _git(repo: git.Repo, command: str, *args: str) -> str:
     try:
         return getattr(repo.git, command)(*args)
     except git.GitCommandError as error:
@@ -163,7 +171,7 @@ def _git(repo, command, *args):
         raise GitSyncError(f"cannot run git {command}: {reason(error)}") from None
 
 
-def _stderr(error):
+def _stderr(error: git.GitCommandError) -> str:
     text = " ".join(line.strip() for line in str(error.stderr or "").splitlines() if line.strip())
     text = text.removeprefix("stderr:").strip().strip("'").strip() or f"exit status {error.status}"
     if "Permission denied (publickey" in text:

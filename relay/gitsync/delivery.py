@@ -10,19 +10,28 @@ Paths compare case-insensitively and without '.git', as GitHub treats them.
 A ref matches when the push updates the branch or the tag of that name.
 """
 
+from __future__ import annotations
+
 import hashlib
 import hmac
 import json
+from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, urlsplit
 
 from relay.errors import MalformedDelivery, SourceError
 from relay.gitsync.source import normalize_repository_path, parse_ssh_url, remote_refs
 
+if TYPE_CHECKING:
+    from relay.gitsync.source import Source, SshUrl
+
+# A delivery's JSON payload: whatever GitHub (or anyone who reaches the address) sent, each value checked where used.
+Payload = dict[str, Any]
+
 SIGNATURE_HEADER = "X-Hub-Signature-256"
 _URL_KEYS = ("ssh_url", "clone_url", "git_url", "url", "html_url")
 
 
-def signature_valid(secret, body, header):
+def signature_valid(secret: str, body: bytes, header: str | None) -> bool:
     """Whether *header* is the HMAC-SHA256 of *body* under *secret*, compared in constant time."""
     if not header:
         return False
@@ -30,13 +39,14 @@ def signature_valid(secret, body, header):
     return hmac.compare_digest(expected.encode("ascii"), header.strip().encode("latin-1", "replace"))
 
 
-def parse_payload(body, content_type):
+def parse_payload(body: bytes, content_type: str | None) -> Payload:
     """The JSON payload of a delivery sent as application/json or as a form with a payload field."""
+    document: bytes | str = body
     try:
         if (content_type or "").split(";")[0].strip().lower() == "application/x-www-form-urlencoded":
             fields = parse_qs(body.decode("utf-8"), strict_parsing=False)
-            body = (fields.get("payload") or [""])[0]
-        payload = json.loads(body)
+            document = (fields.get("payload") or [""])[0]
+        payload = json.loads(document)
     except (UnicodeDecodeError, ValueError):
         raise MalformedDelivery("the body is not a JSON payload") from None
     if not isinstance(payload, dict):
@@ -44,7 +54,7 @@ def parse_payload(body, content_type):
     return payload
 
 
-def push_mismatch(payload, source):
+def push_mismatch(payload: Payload, source: Source) -> str | None:
     """Why a push *payload* does not concern *source*, or None when it should trigger a sync."""
     if payload.get("deleted") is True:
         return f"{payload.get('ref')} was deleted"
@@ -58,7 +68,7 @@ def push_mismatch(payload, source):
     return None
 
 
-def same_repository(repository, url):
+def same_repository(repository: Payload, url: SshUrl) -> bool:
     host, path = url.repository_key
     for key in _URL_KEYS:
         value = repository.get(key)
@@ -68,7 +78,7 @@ def same_repository(repository, url):
     return isinstance(full_name, str) and normalize_repository_path(full_name) == path
 
 
-def _repository_key(text):
+def _repository_key(text: str) -> tuple[str, str] | None:
     """(host, path) of any git URL GitHub puts in a payload; None if it is none."""
     try:
         if "://" not in text or text.lower().startswith("ssh://"):

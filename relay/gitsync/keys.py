@@ -8,15 +8,21 @@ is what the operator registers as a read-only deploy key and what ``relay git
 status`` fingerprints. Nothing here ever prints or logs the private key.
 """
 
+from __future__ import annotations
+
 import base64
 import hashlib
 import socket
+from typing import TYPE_CHECKING
 
 from relay.errors import DeployKeyError, reason
 from relay.files import private_directory, write_atomically
 
+if TYPE_CHECKING:
+    from relay.gitsync.layout import Layout
 
-def generate_key(layout, force=False):
+
+def generate_key(layout: Layout, force: bool = False) -> str:
     """Write a new key pair; return the public key line. Refuses to replace a key unless *force*."""
     if layout.key.exists() and not force:
         raise DeployKeyError(
@@ -40,7 +46,7 @@ def generate_key(layout, force=False):
     return line
 
 
-def public_key_line(layout):
+def public_key_line(layout: Layout) -> str | None:
     """The public key line, or None when there is no key pair."""
     try:
         return layout.public_key.read_text().strip() or None
@@ -48,7 +54,7 @@ def public_key_line(layout):
         return None
 
 
-def fingerprint(public_line):
+def fingerprint(public_line: str) -> str:
     """The SHA256 fingerprint of an OpenSSH public key line, as ssh-keygen -l prints it."""
     blob = base64.b64decode(public_line.split()[1])
     return "SHA256:" + base64.b64encode(hashlib.sha256(blob).digest()).decode().rstrip("=")

@@ -15,15 +15,25 @@ git's own ssh then runs with StrictHostKeyChecking=yes against the same
 file, so it accepts nothing this check did not pin.
 """
 
+from __future__ import annotations
+
 import base64
 import hashlib
 import logging
 import socket
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 import paramiko
 
 from relay.errors import GitSyncError, HostKeyError, reason
 from relay.files import private_directory, write_atomically
+
+if TYPE_CHECKING:
+    from paramiko.pkey import PKey
+
+    from relay.gitsync.layout import Layout
+    from relay.gitsync.source import SshUrl
 
 CONNECT_TIMEOUT = 15.0  # seconds, for the TCP connection and for the handshake each
 
@@ -34,11 +44,11 @@ logging.getLogger("paramiko").addHandler(logging.NullHandler())
 _ALGORITHMS = {"ssh-rsa": ("rsa-sha2-512", "rsa-sha2-256", "ssh-rsa")}
 
 
-def key_fingerprint(key):
+def key_fingerprint(key: PKey) -> str:
     return "SHA256:" + base64.b64encode(hashlib.sha256(key.asbytes()).digest()).decode().rstrip("=")
 
 
-def verify_host(url, layout, report):
+def verify_host(url: SshUrl, layout: Layout, report: Callable[[str], None]) -> None:
     """Pin the host of *url* on first contact, else check it against its pin; HostKeyError on a mismatch."""
     name = url.known_hosts_name
     pinned = _pins(layout, name)
@@ -55,7 +65,7 @@ def verify_host(url, layout, report):
                                               f"pinned: {_listed(pinned)}"))
 
 
-def fetch_host_key(host, port, name, pinned=()):
+def fetch_host_key(host: str, port: int, name: str, pinned: Sequence[PKey] = ()) -> PKey | None:
     """The key the server at *host*:*port* proves it holds. With pins, only a key of the pinned
     type(s) is asked for, and None means the server offers none of them."""
     try:
@@ -86,7 +96,7 @@ def fetch_host_key(host, port, name, pinned=()):
         sock.close()
 
 
-def _pins(layout, name):
+def _pins(layout: Layout, name: str) -> list[PKey]:
     try:
         keys = paramiko.HostKeys(str(layout.known_hosts))
     except FileNotFoundError:
@@ -97,7 +107,7 @@ def _pins(layout, name):
     return list(found.values()) if found else []
 
 
-def _pin(layout, name, key):
+def _pin(layout: Layout, name: str, key: PKey) -> None:
     try:
         owner = layout.owner
         private_directory(layout.ssh_dir, owner)
@@ -114,12 +124,12 @@ def _pin(layout, name, key):
         raise GitSyncError(f"cannot write {layout.known_hosts}: {reason(error)}") from None
 
 
-def _changed(layout, name, detail):
+def _changed(layout: Layout, name: str, detail: str) -> str:
     return (f"WARNING: the host key of {name} has changed ({detail}). Someone may be intercepting "
             f"the connection (a man-in-the-middle attack), or the server's key was rotated. Nothing was "
             f"synced and the pin was kept. If the change is expected, remove the {name} line from "
             f"{layout.known_hosts} and sync again.")
 
 
-def _listed(keys):
+def _listed(keys: Sequence[PKey]) -> str:
     return ", ".join(f"{key.get_name()} {key_fingerprint(key)}" for key in keys)

@@ -26,11 +26,14 @@ relay.files), so that the service, when it owns /functions, can replace it
 on its next (webhook) sync.
 """
 
+from __future__ import annotations
+
 import filecmp
 import os
 import shutil
 import stat
 import tempfile
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -42,16 +45,19 @@ TEMPLATE_FILE = "template.yaml"
 STAGING_PREFIX = ".relay-sync-"
 
 
+Warn = Callable[[str], None]   # takes one line for the operator
+
+
 @dataclass
 class Changes:
-    added: list = field(default_factory=list)
-    updated: list = field(default_factory=list)
-    unchanged: list = field(default_factory=list)
-    removed: list = field(default_factory=list)
-    rejected: list = field(default_factory=list)   # a link leads outside: /functions keeps what it had
+    added: list[str] = field(default_factory=list)
+    updated: list[str] = field(default_factory=list)
+    unchanged: list[str] = field(default_factory=list)
+    removed: list[str] = field(default_factory=list)
+    rejected: list[str] = field(default_factory=list)   # a link leads outside: /functions keeps what it had
 
 
-def find_functions(root, warn):
+def find_functions(root: str | os.PathLike[str], warn: Warn) -> dict[str, Path]:
     """{name: directory} of the functions directly under *root*."""
     found = {}
     for entry in sorted(os.scandir(root), key=lambda entry: entry.name):
@@ -75,7 +81,7 @@ def find_functions(root, warn):
     return found
 
 
-def replace_functions(functions_dir, found, warn):
+def replace_functions(functions_dir: str | os.PathLike[str], found: Mapping[str, Path], warn: Warn) -> Changes:
     """Make *functions_dir* hold exactly the functions *found* ({name: source directory})."""
     functions_dir = Path(functions_dir)
     functions_dir.mkdir(parents=True, exist_ok=True)
@@ -120,8 +126,14 @@ class Entry:
     target: str = ""         # links: the link text
     source: Path | None = None
 
+    @property
+    def file(self) -> Path:
+        """The file a "file" entry copies (plan_copy gives every one its source)."""
+        assert self.source is not None, f"{self.relative} is a {self.kind}, not a file"
+        return self.source
 
-def plan_copy(root, name, warn):
+
+def plan_copy(root: str | os.PathLike[str], name: str, warn: Warn) -> list[Entry]:
     """The entries of function directory *root* that are copied, in creation order."""
     root = Path(root)
     plan = []
@@ -147,10 +159,10 @@ def plan_copy(root, name, warn):
     return plan
 
 
-def matches(plan, target):
+def matches(plan: Sequence[Entry], target: Path) -> bool:
     """Whether directory *target* already holds exactly what *plan* would write."""
     wanted = {entry.relative: entry for entry in plan}
-    actual = {}
+    actual: dict[str, tuple[str, int, str]] = {}
     for current, directories, files in os.walk(target, followlinks=False):
         base = Path(current)
         for entry_name in directories + files:
@@ -167,11 +179,11 @@ def matches(plan, target):
                 return False
     if actual != {relative: (entry.kind, entry.mode, entry.target) for relative, entry in wanted.items()}:
         return False
-    return all(filecmp.cmp(entry.source, Path(target) / relative, shallow=False)
+    return all(filecmp.cmp(entry.file, Path(target) / relative, shallow=False)
                for relative, entry in wanted.items() if entry.kind == "file")
 
 
-def write(plan, destination):
+def write(plan: Sequence[Entry], destination: str | os.PathLike[str]) -> None:
     os.chmod(destination, 0o755)  # mkdtemp made it 0700
     for entry in plan:
         path = Path(destination) / entry.relative
@@ -181,17 +193,17 @@ def write(plan, destination):
         elif entry.kind == "link":
             os.symlink(entry.target, path)
         else:
-            shutil.copyfile(entry.source, path, follow_symlinks=False)
+            shutil.copyfile(entry.file, path, follow_symlinks=False)
             os.chmod(path, entry.mode)
 
 
-def _is_real_directory(path):
+def _is_real_directory(path: Path) -> bool:
     return path.is_dir() and not path.is_symlink()
 
 
 # --- swapping a staged function in -------------------------------------------------------
 
-def _swap_in(staging, target):
+def _swap_in(staging: Path, target: Path) -> None:
     """Put *staging* at *target* in one step; afterwards *staging* holds what was there, if anything."""
     if not os.path.lexists(target):
         os.rename(staging, target)
@@ -204,7 +216,7 @@ def _swap_in(staging, target):
     os.rename(aside, staging)  # the old version now sits at *staging*, which the caller removes
 
 
-def _exchange(first, second):
+def _exchange(first: Path, second: Path) -> bool:
     """Atomically swap two paths with renameat2(RENAME_EXCHANGE); False when unsupported here."""
     try:
         import ctypes
@@ -222,7 +234,7 @@ def _exchange(first, second):
     raise OSError(error, os.strerror(error), str(second))
 
 
-def _remove(path):
+def _remove(path: Path) -> None:
     """Remove a file, link or directory tree, never following a link."""
     if not os.path.lexists(path):
         return

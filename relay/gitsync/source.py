@@ -9,14 +9,20 @@ URLs are accepted, in git's two spellings:
     ssh://git@git.example.com:2222/acme/repo.git URL form, any port
 """
 
+from __future__ import annotations
+
 import json
 import re
 from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 from relay.errors import SourceError, reason
 from relay.files import private_directory, write_atomically
 from relay.names import secret_name_problem
+
+if TYPE_CHECKING:
+    from relay.gitsync.layout import Layout
 
 DEFAULT_REF = "main"
 DEFAULT_SSH_PORT = 22
@@ -39,30 +45,30 @@ class SshUrl:
     path: str           # as the server is asked for it
 
     @property
-    def known_hosts_name(self):
+    def known_hosts_name(self) -> str:
         """How OpenSSH names this host in known_hosts: host, or [host]:port off port 22."""
         if self.port in (None, DEFAULT_SSH_PORT):
             return self.host
         return f"[{self.host}]:{self.port}"
 
     @property
-    def connect_port(self):
+    def connect_port(self) -> int:
         return self.port or DEFAULT_SSH_PORT
 
     @property
-    def repository_key(self):
+    def repository_key(self) -> tuple[str, str]:
         """(host, path) compared case-insensitively, without '.git' or slashes: what a
         webhook payload's repository URLs are matched against."""
         return self.host, normalize_repository_path(self.path)
 
 
-def normalize_repository_path(path):
+def normalize_repository_path(path: str) -> str:
     path = path.strip("/").lower()
     path = path[1:] if path.startswith("~") else path
     return path[:-4] if path.endswith(".git") else path
 
 
-def parse_ssh_url(text):
+def parse_ssh_url(text: object) -> SshUrl:
     """The SshUrl of *text*, or SourceError saying what is wrong and which forms work."""
     if not isinstance(text, str) or not text.strip():
         raise SourceError(f"the repository is empty; use {SSH_FORMS}")
@@ -83,7 +89,7 @@ def parse_ssh_url(text):
     return _checked(text, match["user"], host, None, match["path"])
 
 
-def _parse_url_form(text):
+def _parse_url_form(text: str) -> SshUrl:
     parts = urlsplit(text)
     if parts.query or parts.fragment:
         raise SourceError(f"{text!r} has a query or fragment, which an SSH URL cannot have; use {SSH_FORMS}")
@@ -98,7 +104,7 @@ def _parse_url_form(text):
     return _checked(text, parts.username, parts.hostname or "", port, parts.path)
 
 
-def _checked(text, user, host, port, path):
+def _checked(text: str, user: str | None, host: str, port: int | None, path: str) -> SshUrl:
     if user is not None and not _USER.fullmatch(user):
         raise SourceError(f"{text!r} has an invalid user name {user!r}")
     if not (_HOSTNAME.fullmatch(host) or (":" in host and _IPV6.fullmatch(host))):
@@ -112,7 +118,7 @@ def _checked(text, user, host, port, path):
     return SshUrl(user=user, host=host.lower(), port=port, path=path)
 
 
-def _ssh_suggestion(text):
+def _ssh_suggestion(text: str) -> str | None:
     """git@host:org/repo.git for an https://host/org/repo URL, when that is what it names."""
     parts = urlsplit(text)
     path = parts.path.strip("/")
@@ -121,7 +127,7 @@ def _ssh_suggestion(text):
     return f"git@{parts.hostname}:{path if path.endswith('.git') else path + '.git'}"
 
 
-def ref_problem(ref):
+def ref_problem(ref: str) -> str | None:
     """Why *ref* cannot name a branch, tag or commit (git's ref-name rules), or None."""
     if not ref:
         return "the ref is empty"
@@ -131,7 +137,7 @@ def ref_problem(ref):
     return None
 
 
-def remote_refs(ref):
+def remote_refs(ref: str) -> list[str]:
     """The remote refs a push to *ref* updates: both the branch and the tag of that name,
     or just the one a fully qualified refs/heads/… or refs/tags/… names."""
     if ref.startswith(("refs/heads/", "refs/tags/")):
@@ -139,7 +145,7 @@ def remote_refs(ref):
     return [f"refs/heads/{ref}", f"refs/tags/{ref}"]
 
 
-def normalize_path(path):
+def normalize_path(path: str | None) -> str:
     """The --path as a clean relative path ('' for the repository root), or SourceError."""
     if path is None:
         return ""
@@ -161,11 +167,12 @@ class Source:
     webhook_secret: str | None = None   # a secret *name* in the local store, never a value
 
     @property
-    def url(self):
+    def url(self) -> SshUrl:
         return parse_ssh_url(self.repository)
 
 
-def make_source(repository, ref=None, path=None, webhook_secret=None):
+def make_source(repository: str, ref: str | None = None, path: str | None = None,
+                webhook_secret: str | None = None) -> Source:
     """A validated Source from ``relay git set``'s arguments."""
     parse_ssh_url(repository)
     ref = DEFAULT_REF if ref is None else ref
@@ -177,7 +184,7 @@ def make_source(repository, ref=None, path=None, webhook_secret=None):
     return Source(repository=repository, ref=ref, path=normalize_path(path), webhook_secret=webhook_secret)
 
 
-def save_source(layout, source):
+def save_source(layout: Layout, source: Source) -> None:
     data = json.dumps(asdict(source), indent=2, sort_keys=True) + "\n"
     try:
         owner = layout.owner
@@ -187,7 +194,7 @@ def save_source(layout, source):
         raise SourceError(f"cannot write {layout.source}: {reason(error)}") from None
 
 
-def load_source(layout):
+def load_source(layout: Layout) -> Source | None:
     """The stored Source, None when none is configured, SourceError when the file is corrupt."""
     try:
         text = layout.source.read_text()

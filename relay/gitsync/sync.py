@@ -11,10 +11,14 @@ A sync run while Relay runs only rewrites /functions; the running Relay's
 reconciler notices the changes by itself.
 """
 
+from __future__ import annotations
+
 import fcntl
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from relay.errors import DeployKeyError, SourceError
 from relay.files import open_lock_file, private_directory
@@ -24,6 +28,9 @@ from relay.gitsync.known_hosts import verify_host
 from relay.gitsync.materialize import Changes, find_functions, replace_functions
 from relay.gitsync.source import Source, load_source
 
+if TYPE_CHECKING:
+    from relay.gitsync.layout import Layout
+
 NO_SOURCE = "no git source is configured; run 'relay git set <repository>' first"
 
 
@@ -32,10 +39,10 @@ class SyncResult:
     source: Source
     commit: str
     changes: Changes
-    functions: list
+    functions: list[str]
 
 
-def sync(layout, report, warn):
+def sync(layout: Layout, report: Callable[[str], None], warn: Callable[[str], None]) -> SyncResult:
     """Run one sync; *report* and *warn* each take one line for the operator."""
     _configured_source(layout)
     if not layout.key.is_file():
@@ -59,14 +66,14 @@ def sync(layout, report, warn):
     return SyncResult(source=source, commit=commit, changes=changes, functions=sorted(found))
 
 
-def _configured_source(layout):
+def _configured_source(layout: Layout) -> Source:
     source = load_source(layout)
     if source is None:
         raise SourceError(NO_SOURCE)
     return source
 
 
-def functions_root(checkout, source):
+def functions_root(checkout: str | os.PathLike[str], source: Source) -> Path:
     """The directory holding the functions: the checkout itself or its --path, never outside it."""
     checkout = Path(os.path.realpath(checkout))
     root = Path(os.path.realpath(checkout / source.path)) if source.path else checkout

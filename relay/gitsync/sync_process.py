@@ -7,11 +7,14 @@ lines become log lines; the running Relay's reconciler picks the new
 /functions up by itself.
 """
 
+from __future__ import annotations
+
 import logging
 import os
 import subprocess
 import sys
 import time
+from collections.abc import Mapping
 from pathlib import Path
 
 import relay
@@ -21,11 +24,11 @@ log = logging.getLogger("relay.gitsync")
 SYNC_TIMEOUT = 15 * 60.0  # seconds; a sync that hangs longer is killed
 
 
-def sync_command():
+def sync_command() -> list[str]:
     return [sys.executable, "-m", "relay", "git", "sync"]
 
 
-def child_environment(environ=None):
+def child_environment(environ: Mapping[str, str] | None = None) -> dict[str, str]:
     """This process's environment, with Relay's own code first on the child's path (inside
     relay.pyz that is the extraction directory, which also holds the dependencies)."""
     environ = dict(os.environ if environ is None else environ)
@@ -34,7 +37,7 @@ def child_environment(environ=None):
     return environ
 
 
-def run_sync_process(timeout=SYNC_TIMEOUT):
+def run_sync_process(timeout: float = SYNC_TIMEOUT) -> bool:
     log.info("Git sync started", extra={"trigger": "webhook"})
     started = time.monotonic()
     try:

@@ -24,8 +24,12 @@ and room kept for new connections by closing the oldest trickling one, so
 a signed delivery is answered while hundreds of clients trickle.
 """
 
+from __future__ import annotations
+
 import logging
 import os
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING
 
 import bottle
 from gevent.event import Event
@@ -36,7 +40,13 @@ from relay.gitsync.delivery import SIGNATURE_HEADER, parse_payload, push_mismatc
 from relay.gitsync.layout import Layout
 from relay.gitsync.source import load_source
 from relay.http_server import BoundedWSGIServer, RareWarning
-from relay.secrets.store import FileSecretStore
+from relay.secrets.store import FileSecretStore, SecretProvider
+
+if TYPE_CHECKING:
+    from _typeshed.wsgi import WSGIEnvironment
+
+    from relay.config import ListenAddress
+    from relay.gitsync.source import Source
 
 log = logging.getLogger("relay.gitsync")
 
@@ -45,7 +55,9 @@ BODIES_IN_FLIGHT = 64 * 1024 * 1024   # bytes the deliveries being received may 
 STOP_GRACE = 10.0            # seconds a running sync may take to finish at shutdown
 
 
-def webhook_service(address, *, layout=None, secrets=None, job=None):
+def webhook_service(address: ListenAddress | None, *, layout: Layout | None = None,
+                    secrets: SecretProvider | None = None, job: Callable[[], object] | None = None,
+                    ) -> WebhookServer | None:
     """The webhook server, already listening; None (after logging why) when it is not enabled."""
     if address is None:
         log.info("Webhook server disabled: GIT_WEBHOOK_ADDR is not set")
@@ -56,7 +68,9 @@ def webhook_service(address, *, layout=None, secrets=None, job=None):
                     extra={"addr": str(address)})
         return None
     if job is None:
-        from relay.gitsync.sync_process import run_sync_process as job
+        from relay.gitsync.sync_process import run_sync_process
+
+        job = run_sync_process
     secrets = secrets or FileSecretStore()
     runner = CoalescingRunner(lambda _key: job(), _sync_failed)
     server = WebhookServer(address, webhook_app(source, secrets, runner), runner)
@@ -65,11 +79,11 @@ def webhook_service(address, *, layout=None, secrets=None, job=None):
     return server
 
 
-def _sync_failed(_key):
+def _sync_failed(_key: object) -> None:
     log.exception("Git sync failed unexpectedly")
 
 
-def _warn_about_the_secret(source, secrets, address):
+def _warn_about_the_secret(source: Source, secrets: SecretProvider, address: ListenAddress) -> None:
     if source.webhook_secret is None:
         log.warning("Webhook deliveries are not authenticated: no webhook secret is configured; "
                     "anyone who reaches the address can trigger a sync", extra={"addr": str(address)})
@@ -85,27 +99,27 @@ class BodyBudget:
     """The bytes the deliveries being received may hold together, so that many large bodies at once
     cannot grow the worker without bound; a delivery that does not fit is refused, not queued."""
 
-    def __init__(self, total):
+    def __init__(self, total: int) -> None:
         self.total, self.used = total, 0
 
-    def take(self, size):
+    def take(self, size: int) -> bool:
         if self.used + size > self.total:
             return False
         self.used += size
         return True
 
-    def give(self, size):
+    def give(self, size: int) -> None:
         self.used -= size
 
 
-def webhook_app(source, secrets, runner):
+def webhook_app(source: Source, secrets: SecretProvider, runner: CoalescingRunner) -> bottle.Bottle:
     app = bottle.Bottle()
     budget = BodyBudget(BODIES_IN_FLIGHT)
     refused = RareWarning("Webhook deliveries refused: the bodies being received fill the budget",
                           counted="refused", logger=log, budget=budget.total)
 
     @app.post("/github")
-    def github():
+    def github() -> bottle.HTTPResponse:
         size = _declared_size(bottle.request.environ)
         if size > MAX_BODY:
             return _answer(413, "payload too large")
@@ -121,7 +135,8 @@ def webhook_app(source, secrets, runner):
     return app
 
 
-def _deliver(request, source, secrets, runner):
+def _deliver(request: bottle.BaseRequest, source: Source, secrets: SecretProvider,
+             runner: CoalescingRunner) -> bottle.HTTPResponse:
     """Read, authenticate and act on one delivery (its body fits the budget)."""
     delivery = request.headers.get("X-GitHub-Delivery", "")
     try:
@@ -159,14 +174,14 @@ def _deliver(request, source, secrets, runner):
 
 
 class WebhookServer:
-    def __init__(self, address, app, runner):
+    def __init__(self, address: ListenAddress, app: bottle.Bottle, runner: CoalescingRunner) -> None:
         self.address = address
         self.app = app
         self.runner = runner
         self.stopping = Event()
-        self.server = None
+        self.server: BoundedWSGIServer | None = None
 
-    def listen(self):
+    def listen(self) -> None:
         server = BoundedWSGIServer((self.address.host, self.address.port), self.app, name="Webhook")
         try:
             server.start()
@@ -177,17 +192,17 @@ class WebhookServer:
         self.server = server
         log.info("Webhook http server listening", extra={"addr": str(self.address)})
 
-    def loop(self):
+    def loop(self) -> None:
         self.stopping.wait()
 
-    def stop(self):
+    def stop(self) -> None:
         self.stopping.set()
         if self.server is not None:
             self.server.stop(timeout=5)
             self._stop_sync()
             log.info("Webhook http server stopped", extra={"addr": str(self.address)})
 
-    def _stop_sync(self):
+    def _stop_sync(self) -> None:
         """Take no more deliveries; let a running sync finish within STOP_GRACE, then kill it."""
         self.runner.stop()
         if not self.runner.join(STOP_GRACE):
@@ -195,19 +210,20 @@ class WebhookServer:
             self.runner.kill(timeout=5)
 
 
-def _declared_size(environ):
+def _declared_size(environ: WSGIEnvironment) -> int:
     """The body's size as its Content-Length gives it; MAX_BODY, the most it may be, when it has none (chunked)."""
     length = environ.get("CONTENT_LENGTH") or ""
     return int(length) if length.isascii() and length.isdigit() else MAX_BODY
 
 
-def _body(environ):
+def _body(environ: WSGIEnvironment) -> bytes | None:
     """The request body, or None when it is larger than MAX_BODY."""
     data = environ["wsgi.input"].read(MAX_BODY + 1)
     return None if len(data) > MAX_BODY else data
 
 
-def _answer(status, text, close=False, headers=None):
+def _answer(status: int, text: str, close: bool = False,
+            headers: Mapping[str, str] | None = None) -> bottle.HTTPResponse:
     headers = {"Content-Type": "text/plain; charset=utf-8", **({"Connection": "close"} if close else {}),
                **(headers or {})}
     return bottle.HTTPResponse(text + "\n", status=status, headers=headers)

@@ -10,6 +10,9 @@ start counts at once.
 Light, like the admin commands that import it: no git, paramiko or gevent.
 """
 
+from __future__ import annotations
+
+import os
 from functools import partial
 from pathlib import Path
 
@@ -20,7 +23,7 @@ from relay.gitsync.source import load_source
 from relay.secrets.store import SECRETS_DIR, FileSecretStore
 
 
-def webhook_secret_name(state_dir=STATE_DIR):
+def webhook_secret_name(state_dir: str | os.PathLike[str] = STATE_DIR) -> str | None:
     """The webhook's secret name in the git source under *state_dir*, or None (none configured,
     or a source file so broken that neither git sync nor the webhook uses it)."""
     try:
@@ -30,6 +33,6 @@ def webhook_secret_name(state_dir=STATE_DIR):
     return source.webhook_secret if source is not None else None
 
 
-def secret_store(directory=SECRETS_DIR):
+def secret_store(directory: str | os.PathLike[str] = SECRETS_DIR) -> FileSecretStore:
     """The FileSecretStore in *directory* that knows the webhook's secret from the git source next to it."""
     return FileSecretStore(directory, webhook_secret=partial(webhook_secret_name, Path(directory).parent))

@@ -9,7 +9,10 @@ that carries a body is answered like any other, the body unread, and the
 connection closes after the answer.
 """
 
+from __future__ import annotations
+
 import logging
+from typing import TYPE_CHECKING
 
 import bottle
 from gevent.event import Event
@@ -17,17 +20,22 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from relay.http_server import BoundedWSGIServer
 
+if TYPE_CHECKING:
+    from prometheus_client import CollectorRegistry
+
+    from relay.config import ListenAddress
+
 log = logging.getLogger("relay.metrics.server")
 
 FIRST_RETRY = 1.0
 MAX_RETRY = 30.0
 
 
-def metrics_app(registry):
+def metrics_app(registry: CollectorRegistry) -> bottle.Bottle:
     app = bottle.Bottle()
 
     @app.get("/metrics")
-    def metrics():
+    def metrics() -> bytes:
         bottle.response.content_type = CONTENT_TYPE_LATEST
         return generate_latest(registry)
 
@@ -35,13 +43,13 @@ def metrics_app(registry):
 
 
 class MetricsServer:
-    def __init__(self, address, registry):
+    def __init__(self, address: ListenAddress, registry: CollectorRegistry) -> None:
         self.address = address
         self.app = metrics_app(registry)
         self.stopping = Event()
-        self.server = None
+        self.server: BoundedWSGIServer | None = None
 
-    def loop(self):
+    def loop(self) -> None:
         delay = FIRST_RETRY
         while not self.stopping.is_set():
             server = BoundedWSGIServer((self.address.host, self.address.port), self.app, name="Metrics")
@@ -59,7 +67,7 @@ class MetricsServer:
             self.stopping.wait()
             return
 
-    def stop(self):
+    def stop(self) -> None:
         self.stopping.set()
         if self.server is not None:
             self.server.stop(timeout=5)

@@ -27,7 +27,10 @@ the reference only. This module stays light (no YAML, gevent, Docker or
 Redis) because the admin commands import it.
 """
 
+from __future__ import annotations
+
 import os
+from collections.abc import Callable, Mapping
 from contextlib import suppress
 from pathlib import Path
 from typing import Protocol
@@ -54,7 +57,27 @@ class SecretProvider(Protocol):
         """The value of secret *name*; SecretError naming *name* (never a value) if it cannot."""
 
 
-def value_problem(data):
+class _Settings(Protocol):
+    """What ``environment`` reads of a template (relay.functions.Template)."""
+
+    @property
+    def env(self) -> Mapping[str, str]: ...
+
+    @property
+    def secrets(self) -> Mapping[str, str]: ...   # variable -> secret name
+
+
+class Configured(Protocol):
+    """What ``environment`` reads of a function (relay.functions.Function): its template's env and secrets.
+
+    A Protocol, not the class: relay.functions imports this module.
+    """
+
+    @property
+    def template(self) -> _Settings: ...
+
+
+def value_problem(data: bytes) -> str | None:
     """Why *data* (bytes) cannot be a secret's value, or None when it can. Never quotes it."""
     if not data:
         return "the value is empty"
@@ -72,7 +95,8 @@ def value_problem(data):
 class FileSecretStore:
     """The local provider: one file per secret in *directory*."""
 
-    def __init__(self, directory=SECRETS_DIR, webhook_secret=None):
+    def __init__(self, directory: str | os.PathLike[str] = SECRETS_DIR,
+                 webhook_secret: Callable[[], str | None] | None = None) -> None:
         """Opening the store narrows an existing directory to 0700 (an older Relay, or someone
         by hand, may have left it readable by others); one it cannot change is left as it is.
         *webhook_secret()* names the secret that signs webhook deliveries, or None."""
@@ -82,11 +106,11 @@ class FileSecretStore:
             if os.stat(self.directory).st_mode & 0o077:
                 os.chmod(self.directory, 0o700)
 
-    def webhook_secret(self):
+    def webhook_secret(self) -> str | None:
         """The name of the secret that signs webhook deliveries, or None; asked at every call."""
         return self._webhook_secret() if self._webhook_secret is not None else None
 
-    def get(self, name):
+    def get(self, name: str) -> str:
         path = self._path(name)
         try:
             with open(path, "rb") as file:
@@ -100,7 +124,7 @@ class FileSecretStore:
             raise SecretError(f"secret {name!r} cannot be used: {problem}")
         return data.decode("utf-8")
 
-    def names(self):
+    def names(self) -> list[str]:
         """The stored secrets' names, sorted; none when the directory does not exist yet."""
         try:
             entries = list(os.scandir(self.directory))
@@ -112,7 +136,7 @@ class FileSecretStore:
         return sorted(entry.name for entry in entries
                       if secret_name_problem(entry.name) is None and entry.is_file())
 
-    def set(self, name, value):
+    def set(self, name: str, value: bytes) -> None:
         """Store *value* (bytes, kept exactly as given) as secret *name*, replacing it atomically."""
         path = self._path(name)
         problem = value_problem(value)
@@ -126,7 +150,7 @@ class FileSecretStore:
         except OSError as error:
             raise SecretError(f"cannot store secret {name!r} in {self.directory}: {reason(error)}") from None
 
-    def remove(self, name):
+    def remove(self, name: str) -> None:
         path = self._path(name)
         try:
             os.unlink(path)
@@ -136,14 +160,14 @@ class FileSecretStore:
             raise SecretError(f"cannot remove secret {name!r}: {reason(error)}") from None
         sync_directory(self.directory)
 
-    def _path(self, name):
+    def _path(self, name: str) -> Path:
         problem = secret_name_problem(name)
         if problem:
             raise SecretError(problem)
         return self.directory / name
 
 
-def environment(function, provider):
+def environment(function: Configured, provider: SecretProvider) -> dict[str, str]:
     """The variables of one invocation: the template's env as written, then its resolved secrets.
 
     The webhook's secret is refused even when the template was loaded before

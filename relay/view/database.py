@@ -1,4 +1,4 @@
-"""The local state database: Relay's current view of its functions and counters.
+"""The local state database: its file, its schema, and the writer that keeps it.
 
 /var/lib/relay/db.sqlite3 is a read-only view for operators, never a source
 of truth: /functions is authoritative and the Prometheus registry holds the
@@ -11,31 +11,32 @@ left from another schema is simply rebuilt on the next write.
     stats           one row: the global counters and backlog gauges
     function_stats  one row per function that has counters, warm containers or limit waits
 
-Only the standard library is imported here: ``relay function`` and ``relay
-stats`` read through this module and must start fast.
+The rows are the records of relay.view.records; relay.view.reader reads them
+back for ``relay function`` and ``relay stats``. Only the standard library
+is imported here: those commands import this module and must start fast.
 """
+
+from __future__ import annotations
 
 import json
 import os
 import sqlite3
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from datetime import UTC, datetime
 from pathlib import Path
 
 from relay.config import STATE_DIR
 from relay.errors import StateError, reason
+from relay.view.records import EVENT, SCHEDULE, Counters, FunctionRecord, FunctionStats, Stats, WarmRecord
 
 DB_PATH = Path(STATE_DIR) / "db.sqlite3"
 SCHEMA_VERSION = 3  # 2: functions.warm, function_stats.warm_containers; 3: the limits and their waits
 BUSY_TIMEOUT = 2.0  # seconds a reader or the writer waits for the other's lock
 MAX_ERROR_LENGTH = 4000
 
-READY, PENDING = "ready", "pending"
-SUCCESS, FAILED = "success", "failed"
-EVENT, SCHEDULE = "event", "schedule"
-
-_TABLES = ("function_stats", "stats", "handlers", "functions")
+TABLES = ("function_stats", "stats", "handlers", "functions")
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS functions (
     name                  TEXT PRIMARY KEY,
@@ -92,117 +93,25 @@ CREATE TABLE IF NOT EXISTS function_stats (
 """
 
 
-# --- records ------------------------------------------------------------------------
 
-
-@dataclass(frozen=True)
-class HandlerRecord:
-    """One event rule (kind "event") or schedule (kind "schedule") of a function."""
-
-    handler: str
-    timeout: str                  # a Go duration, "6s"
-    kind: str = EVENT
-    cron: str | None = None       # schedules only
-    timezone: str | None = None   # schedules only
-
-
-@dataclass(frozen=True)
-class WarmRecord:
-    """The template's ``warm:`` settings, as ``relay function inspect`` shows them."""
-
-    containers: int               # per worker
-    max_invocations: int
-    idle: str                     # a Go duration, "10m0s"
-    prestart: bool
-
-
-@dataclass(frozen=True)
-class FunctionRecord:
-    name: str
-    runtime: str
-    status: str                   # READY: an active version serves; PENDING: loaded, never built
-    updated_at: datetime
-    image: str | None = None
-    fingerprint: str | None = None
-    prepared_at: datetime | None = None
-    last_reconcile_at: datetime | None = None
-    last_reconcile_status: str | None = None  # SUCCESS or FAILED; None until an outcome
-    last_error: str | None = None
-    env: dict = field(default_factory=dict)
-    secrets: dict = field(default_factory=dict)   # variable -> secret name, never a value
-    handlers: tuple = ()
-    warm: WarmRecord | None = None  # None: a new container per invocation
-    rate_limit: str | None = None       # the template's rate_limit as written ("20/s"), or None
-    concurrency_key: str | None = None  # the template's concurrency_key ("new_image.id"), or None
-
-    @property
-    def events(self):
-        return tuple(item for item in self.handlers if item.kind == EVENT)
-
-    @property
-    def schedules(self):
-        return tuple(item for item in self.handlers if item.kind == SCHEDULE)
-
-
-@dataclass(frozen=True)
-class Counters:
-    events_processed: int = 0
-    handler_successes: int = 0
-    handler_failures: int = 0
-    retries: int = 0
-    dlq_entries: int = 0
-
-
-@dataclass(frozen=True)
-class LimitWaits:
-    """Invocations of one function that its rate_limit or concurrency_key held back, and the time they waited."""
-
-    rate_limit_waits: int = 0
-    rate_limit_wait_seconds: float = 0.0
-    concurrency_key_waits: int = 0
-    concurrency_key_wait_seconds: float = 0.0
-
-
-@dataclass(frozen=True)
-class FunctionStats:
-    """One function's latest snapshot: its counters, the warm containers this worker had then,
-    and its waits for its limits."""
-
-    counters: Counters = Counters()
-    warm_containers: int = 0
-    waits: LimitWaits = LimitWaits()
-
-
-@dataclass(frozen=True)
-class Stats:
-    """The global snapshot; ``updated_at`` None means never written."""
-
-    counters: Counters = Counters()
-    pending_entries: int = 0
-    oldest_pending_age_seconds: float = 0.0
-    updated_at: datetime | None = None
-
-
-_COUNTER_COLUMNS = ("events_processed", "handler_successes", "handler_failures", "retries", "dlq_entries")
-_WAIT_COLUMNS = ("rate_limit_waits", "rate_limit_wait_seconds", "concurrency_key_waits",
-                 "concurrency_key_wait_seconds")
+# The columns named as the fields of Counters and of LimitWaits they hold.
+COUNTER_COLUMNS = ("events_processed", "handler_successes", "handler_failures", "retries", "dlq_entries")
+WAIT_COLUMNS = ("rate_limit_waits", "rate_limit_wait_seconds", "concurrency_key_waits",
+                "concurrency_key_wait_seconds")
 
 
 # --- timestamps ---------------------------------------------------------------------
 
 
-def now():
-    return datetime.now(UTC).replace(microsecond=0)
-
-
-def rfc3339(moment):
-    """2026-09-08T12:00:00Z: UTC, whole seconds."""
+def rfc3339(moment: datetime | None) -> str | None:
+    """2026-09-08T12:00:00Z: UTC, whole seconds (how a time column holds a time)."""
     if moment is None:
         return None
     return moment.astimezone(UTC).replace(microsecond=0).isoformat().replace("+00:00", "Z")
 
 
-def parse_time(text):
+def parse_time(text: str | None) -> datetime | None:
+    """The time a column holds, back; None for SQL NULL."""
     return None if text is None else datetime.fromisoformat(text)
 
 
@@ -210,19 +119,21 @@ def parse_time(text):
 
 
 class StateDatabase:
-    """The writer's connection. Blocking: call it off the gevent hub (see state_writer).
+    """The writer's connection. Blocking: call it off the gevent hub (relay.view.writer does).
 
     Every method opens the file on demand: a missing file (or parent
     directory) is created, a file replaced or deleted behind Relay's back is
     reopened. Errors raise StateError; the caller logs them and carries on.
     """
 
-    def __init__(self, path=DB_PATH):
+    def __init__(self, path: str | os.PathLike[str] = DB_PATH) -> None:
         self.path = Path(path)
-        self._connection = None
-        self._identity = None
+        self._connection: sqlite3.Connection | None = None
+        self._identity: tuple[int, int] | None = None
 
-    def write(self, functions=None, stats=None, function_stats=None, *, view=()):
+    def write(self, functions: Sequence[FunctionRecord] | None = None, stats: Stats | None = None,
+              function_stats: Mapping[str, FunctionStats] | None = None, *,
+              view: Sequence[FunctionRecord] = ()) -> bool:
         """One transaction: the function view when *functions* is given (or the file
         is new or empty, then *view*), and the stats snapshot when *stats* is given.
 
@@ -243,7 +154,7 @@ class StateDatabase:
             self.close()
             raise StateError(f"{self.path}: {reason(error, strerror=False)}") from None
 
-    def close(self):
+    def close(self) -> None:
         if self._connection is not None:
             try:
                 self._connection.close()
@@ -251,7 +162,7 @@ class StateDatabase:
                 pass
         self._connection = self._identity = None
 
-    def _open(self):
+    def _open(self) -> tuple[sqlite3.Connection, bool]:
         """(connection, fresh): fresh when the file had to be (re)created or (re)opened."""
         identity = _identity(self.path)
         if self._connection is not None and identity == self._identity:
@@ -269,7 +180,7 @@ class StateDatabase:
         return connection, True
 
 
-def _identity(path):
+def _identity(path: Path) -> tuple[int, int] | None:
     try:
         status = os.stat(path)
     except FileNotFoundError:
@@ -277,13 +188,13 @@ def _identity(path):
     return status.st_dev, status.st_ino
 
 
-def _prepare_schema(connection):
+def _prepare_schema(connection: sqlite3.Connection) -> None:
     connection.execute("PRAGMA foreign_keys = ON")
     version = connection.execute("PRAGMA user_version").fetchone()[0]
     with _transaction(connection):
         if version != SCHEMA_VERSION:
             # Everything here is derived data: another schema is dropped, not migrated.
-            for table in _TABLES:
+            for table in TABLES:
                 connection.execute(f"DROP TABLE IF EXISTS {table}")
         for statement in _SCHEMA.split(";"):
             if statement.strip():
@@ -292,7 +203,7 @@ def _prepare_schema(connection):
 
 
 @contextmanager
-def _transaction(connection):
+def _transaction(connection: sqlite3.Connection) -> Iterator[None]:
     """BEGIN IMMEDIATE … COMMIT (the connection is in autocommit mode); ROLLBACK on error."""
     connection.execute("BEGIN IMMEDIATE")
     try:
@@ -304,11 +215,11 @@ def _transaction(connection):
     connection.execute("COMMIT")
 
 
-def _is_empty(connection):
-    return connection.execute("SELECT NOT EXISTS (SELECT 1 FROM functions)").fetchone()[0] == 1
+def _is_empty(connection: sqlite3.Connection) -> bool:
+    return bool(connection.execute("SELECT NOT EXISTS (SELECT 1 FROM functions)").fetchone()[0] == 1)
 
 
-def _write_functions(connection, records):
+def _write_functions(connection: sqlite3.Connection, records: Sequence[FunctionRecord]) -> None:
     connection.execute("DELETE FROM handlers")
     connection.execute("DELETE FROM functions")
     connection.executemany(
@@ -330,202 +241,32 @@ def _write_functions(connection, records):
                            "VALUES (?, ?, ?, ?, ?, ?, ?)", rows)
 
 
-def _write_stats(connection, stats, function_stats):
+def _write_stats(connection: sqlite3.Connection, stats: Stats, function_stats: Mapping[str, FunctionStats]) -> None:
     stamp = rfc3339(stats.updated_at)
     counters = stats.counters
     connection.execute(
-        f"INSERT OR REPLACE INTO stats (id, {', '.join(_COUNTER_COLUMNS)}, pending_entries, "
+        f"INSERT OR REPLACE INTO stats (id, {', '.join(COUNTER_COLUMNS)}, pending_entries, "
         "oldest_pending_age_seconds, updated_at) VALUES (1, ?, ?, ?, ?, ?, ?, ?, ?)",
         (*_counter_values(counters), stats.pending_entries, stats.oldest_pending_age_seconds, stamp))
     connection.execute("DELETE FROM function_stats")
     connection.executemany(
-        f"INSERT INTO function_stats (function_name, {', '.join(_COUNTER_COLUMNS)}, warm_containers, "
-        f"{', '.join(_WAIT_COLUMNS)}, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        f"INSERT INTO function_stats (function_name, {', '.join(COUNTER_COLUMNS)}, warm_containers, "
+        f"{', '.join(WAIT_COLUMNS)}, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
         [(name, *_counter_values(values.counters), values.warm_containers,
-          *(getattr(values.waits, column) for column in _WAIT_COLUMNS), stamp)
+          *(getattr(values.waits, column) for column in WAIT_COLUMNS), stamp)
          for name, values in sorted(function_stats.items())])
 
 
-def _counter_values(counters):
-    return tuple(getattr(counters, column) for column in _COUNTER_COLUMNS)
+def _counter_values(counters: Counters) -> tuple[int, ...]:
+    return tuple(getattr(counters, column) for column in COUNTER_COLUMNS)
 
 
-def _warm_json(warm):
+def _warm_json(warm: WarmRecord | None) -> str | None:
     """{"containers": 2, "max_invocations": 1000, "idle": "10m0s", "prestart": false}, or None (SQL NULL)."""
     return None if warm is None else json.dumps(asdict(warm))
 
 
-def _bounded(text):
+def _bounded(text: str | None) -> str | None:
     if text is None or len(text) <= MAX_ERROR_LENGTH:
         return text
     return text[:MAX_ERROR_LENGTH - 15] + "\n… (truncated)"
-
-
-class StateReader:
-    """Read-only access for ``relay function`` and ``relay stats``.
-
-    A missing file reads as an empty database (Relay has not written one
-    yet); it is never created here. A file that is not a Relay state
-    database raises StateError.
-    """
-
-    def __init__(self, path=DB_PATH):
-        self.path = Path(path)
-
-    def functions(self):
-        """Every function, sorted by name."""
-        with self._connect() as connection:
-            if connection is None:
-                return []
-            rows = connection.execute("SELECT * FROM functions ORDER BY name").fetchall()
-            handlers = _handlers_by_function(connection.execute(
-                "SELECT * FROM handlers ORDER BY function_name, kind = 'schedule', position").fetchall())
-        return [_function(row, handlers.get(row["name"], ())) for row in rows]
-
-    def function_names(self):
-        """The names of the functions, from a database of any schema version (the names of the
-        previous run survive an upgrade: the startup image GC needs them before the file is rebuilt)."""
-        with _ReadConnection(self.path, any_version=True) as connection:
-            if connection is None:
-                return set()
-            return {row["name"] for row in connection.execute("SELECT name FROM functions")}
-
-    def function(self, name):
-        """One function, or None."""
-        with self._connect() as connection:
-            if connection is None:
-                return None
-            row = connection.execute("SELECT * FROM functions WHERE name = ?", (name,)).fetchone()
-            if row is None:
-                return None
-            handlers = connection.execute("SELECT * FROM handlers WHERE function_name = ? "
-                                          "ORDER BY kind = 'schedule', position", (name,)).fetchall()
-        return _function(row, _handlers_by_function(handlers).get(name, ()))
-
-    def function_stats(self, name):
-        """The latest persisted FunctionStats of one function; zeros when it has none yet."""
-        with self._connect() as connection:
-            row = None if connection is None else connection.execute(
-                "SELECT * FROM function_stats WHERE function_name = ?", (name,)).fetchone()
-        if row is None:
-            return FunctionStats()
-        return FunctionStats(counters=Counters(*(row[column] for column in _COUNTER_COLUMNS)),
-                             warm_containers=row["warm_containers"],
-                             waits=LimitWaits(*(row[column] for column in _WAIT_COLUMNS)))
-
-    def stats(self):
-        with self._connect() as connection:
-            row = None if connection is None else connection.execute("SELECT * FROM stats WHERE id = 1").fetchone()
-        if row is None:
-            return Stats()
-        return Stats(counters=Counters(*(row[column] for column in _COUNTER_COLUMNS)),
-                     pending_entries=row["pending_entries"],
-                     oldest_pending_age_seconds=row["oldest_pending_age_seconds"],
-                     updated_at=parse_time(row["updated_at"]))
-
-    @property
-    def missing(self):
-        """Whether there is no database file at all: Relay has not run here (or runs in a container).
-        Raises StateError when this user may not look (see _ReadConnection)."""
-        return not _exists(self.path)
-
-    def _connect(self):
-        return _ReadConnection(self.path)
-
-
-def _exists(path):
-    """Whether *path* exists; StateError when this user may not even look.
-
-    On the shipped systemd unit (DynamicUser, StateDirectoryMode=0700) an
-    operator who is not root cannot reach the file: that is one line saying
-    so and what to do, not a traceback.
-    """
-    try:
-        path.stat()
-    except (FileNotFoundError, NotADirectoryError):
-        return False
-    except PermissionError:
-        raise StateError(_unreadable(path)) from None
-    if not os.access(path, os.R_OK):
-        raise StateError(_unreadable(path))
-    return True
-
-
-def _unreadable(path):
-    return (f"the state database {path} is not readable by user {_user()}: read it as root "
-            f"(sudo relay ...), or as a member of the group that owns {path.parent}")
-
-
-def _user():
-    """This process's user by its uid, not by $USER (setpriv and su keep the caller's); "uid N" without a name."""
-    import pwd
-
-    uid = os.getuid()
-    try:
-        return pwd.getpwuid(uid).pw_name
-    except KeyError:
-        return f"uid {uid}"
-
-
-class _ReadConnection:
-    """A context manager yielding a read-only connection, or None for a missing file.
-
-    A database of another schema version raises StateError unless *any_version*.
-    """
-
-    def __init__(self, path, *, any_version=False):
-        self.path = path
-        self.any_version = any_version
-        self.connection = None
-
-    def __enter__(self):
-        if not _exists(self.path):
-            return None
-        try:
-            self.connection = sqlite3.connect(f"{self.path.absolute().as_uri()}?mode=ro", uri=True,
-                                              timeout=BUSY_TIMEOUT)
-            self.connection.row_factory = sqlite3.Row
-            tables = {row[0] for row in self.connection.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-            version = self.connection.execute("PRAGMA user_version").fetchone()[0]
-        except sqlite3.Error as error:
-            self.__exit__(None, None, None)
-            raise StateError(f"cannot read the state database {self.path}: {reason(error, strerror=False)}") from None
-        if not tables:
-            return None                         # created, not written yet
-        if not tables.issuperset(_TABLES):
-            self.__exit__(None, None, None)
-            raise StateError(f"{self.path} is not a Relay state database (tables: {', '.join(sorted(tables))})")
-        if version != SCHEMA_VERSION and not self.any_version:
-            # A Relay of another version wrote it (an upgrade before the restart, say): its columns differ.
-            self.__exit__(None, None, None)
-            raise StateError(f"{self.path} has schema version {version} and this Relay reads version "
-                             f"{SCHEMA_VERSION}; it is rebuilt when this version of Relay starts")
-        return self.connection
-
-    def __exit__(self, kind, error, traceback):
-        if self.connection is not None:
-            self.connection.close()
-            self.connection = None
-        if isinstance(error, sqlite3.Error):
-            raise StateError(f"cannot read the state database {self.path}: {reason(error, strerror=False)}") from None
-        return False
-
-
-def _handlers_by_function(rows):
-    grouped = {}
-    for row in rows:
-        grouped.setdefault(row["function_name"], []).append(HandlerRecord(
-            handler=row["handler"], timeout=row["timeout"], kind=row["kind"], cron=row["cron"],
-            timezone=row["timezone"]))
-    return {name: tuple(items) for name, items in grouped.items()}
-
-
-def _function(row, handlers):
-    return FunctionRecord(
-        name=row["name"], runtime=row["runtime"], status=row["status"], image=row["image"],
-        fingerprint=row["fingerprint"], prepared_at=parse_time(row["prepared_at"]),
-        last_reconcile_at=parse_time(row["last_reconcile_at"]), last_reconcile_status=row["last_reconcile_status"],
-        last_error=row["last_error"], updated_at=parse_time(row["updated_at"]), env=json.loads(row["env"]),
-        secrets=json.loads(row["secrets"]), handlers=handlers,
-        warm=None if row["warm"] is None else WarmRecord(**json.loads(row["warm"])),
-        rate_limit=row["rate_limit"], concurrency_key=row["concurrency_key"])

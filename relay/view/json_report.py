@@ -4,17 +4,25 @@ Their shape is documented in docs/operations.md and stays stable: fields
 are only ever added. Times are RFC 3339 in UTC, or null.
 """
 
+from __future__ import annotations
+
 import json
+from collections.abc import Sequence
 from dataclasses import asdict
+from datetime import datetime
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from relay.view.records import FunctionRecord, FunctionStats, Stats
 
 
-def function_list(records):
+def function_list(records: Sequence[FunctionRecord]) -> str:
     return _dumps([{"name": record.name, "runtime": record.runtime, "status": record.status,
                     "handlers": len(record.events), "schedules": len(record.schedules),
                     "updated_at": _time(record.prepared_at or record.updated_at)} for record in records])
 
 
-def function(record, stats):
+def function(record: FunctionRecord, stats: FunctionStats) -> str:
     return _dumps({
         "name": record.name, "runtime": record.runtime, "status": record.status, "image": record.image,
         "fingerprint": record.fingerprint, "prepared_at": _time(record.prepared_at),
@@ -33,15 +41,15 @@ def function(record, stats):
         "counters": asdict(stats.counters)})
 
 
-def stats(snapshot):
+def stats(snapshot: Stats) -> str:
     return _dumps({**asdict(snapshot.counters), "pending_entries": snapshot.pending_entries,
                    "oldest_pending_age_seconds": snapshot.oldest_pending_age_seconds,
                    "updated_at": _time(snapshot.updated_at)})
 
 
-def _time(moment):
+def _time(moment: datetime | None) -> str | None:
     return None if moment is None else moment.isoformat().replace("+00:00", "Z")
 
 
-def _dumps(value):
+def _dumps(value: object) -> str:
     return json.dumps(value, indent=2, ensure_ascii=False) + "\n"

@@ -8,11 +8,19 @@ golden text. Imports stay light: sqlite3, and cron-descriptor only when a
 function has schedules.
 """
 
+from __future__ import annotations
+
 import sys
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
+from typing import TYPE_CHECKING
 
 from relay.durations import SECOND, format_duration
 from relay.errors import StateError, UnknownFunction
+
+if TYPE_CHECKING:
+    from relay.view.reader import StateReader
+    from relay.view.records import FunctionRecord, FunctionStats, HandlerRecord, LimitWaits, Stats, WarmRecord
 
 LABEL_WIDTH = 19        # inspect: "Last reconcile:    "
 STATS_LABEL_WIDTH = 21  # stats: "Oldest pending age:  "
@@ -30,7 +38,7 @@ _COUNTER_LABELS = (("Events processed:", "events_processed"), ("Handler successe
 # --- printing -------------------------------------------------------------------------
 
 
-def print_report(command, render, reader=None):
+def print_report(command: str, render: Callable[[], str], reader: StateReader | None = None) -> int:
     """Print what *render* returns; an unknown name or an unreadable database is one line on stderr, exit 1.
 
     When *reader*'s database does not exist at all, the report is still
@@ -46,21 +54,21 @@ def print_report(command, render, reader=None):
         print(f"{command}: {error}", file=sys.stderr)
         return 1
     sys.stdout.write(text)
-    if missing:
+    if missing and reader is not None:
         sys.stdout.flush()
         print(f"{command}: there is no state database at {reader.path}: Relay has not run on this host, "
               f"or it runs in a container (run the command there)", file=sys.stderr)
     return 0
 
 
-def now():
+def now() -> datetime:
     return datetime.now(UTC)
 
 
 # --- rendering ------------------------------------------------------------------------
 
 
-def render_function_list(records, now):
+def render_function_list(records: Sequence[FunctionRecord], now: datetime) -> str:
     rows = [(record.name, record.runtime, record.status, str(len(record.events)),
              age(record.prepared_at or record.updated_at, now)) for record in records]
     widths = [max([minimum, *(len(row[index]) + 3 for row in rows)]) if minimum else 0
@@ -70,7 +78,7 @@ def render_function_list(records, now):
     return "".join(line.rstrip() + "\n" for line in lines)
 
 
-def render_function(record, stats, now):
+def render_function(record: FunctionRecord, stats: FunctionStats, now: datetime) -> str:
     """``relay function inspect``: *record* (FunctionRecord) with its FunctionStats."""
     lines = [_field("Name:", record.name), _field("Runtime:", record.runtime), _field("Status:", record.status)]
     if record.image:
@@ -79,7 +87,7 @@ def render_function(record, stats, now):
         lines.append(_field("Fingerprint:", record.fingerprint))
     if record.prepared_at:
         lines.append(_field("Prepared:", f"{_timestamp(record.prepared_at)} ({age(record.prepared_at, now)})"))
-    if record.last_reconcile_status:
+    if record.last_reconcile_status and record.last_reconcile_at:  # the writer sets both or neither
         outcome = f"{record.last_reconcile_status} ({age(record.last_reconcile_at, now)})"
         lines.append(_field("Last reconcile:", outcome))
     if record.last_error:
@@ -91,7 +99,7 @@ def render_function(record, stats, now):
     return "".join(line + "\n" for line in lines)
 
 
-def _sections(record, stats):
+def _sections(record: FunctionRecord, stats: FunctionStats) -> list[tuple[str, list[str]]]:
     """inspect's sections after the header, as (title, lines); a section with nothing to show is left out."""
     sections = []
     if record.events:
@@ -113,16 +121,16 @@ def _sections(record, stats):
     return sections
 
 
-def render_stats(stats, now):
+def render_stats(stats: Stats, now: datetime) -> str:
     counters = stats.counters
-    values = [(label, getattr(counters, column)) for label, column in _COUNTER_LABELS]
+    values: list[tuple[str, object]] = [(label, getattr(counters, column)) for label, column in _COUNTER_LABELS]
     values += [("Pending entries:", stats.pending_entries),
                ("Oldest pending age:", format_duration(int(stats.oldest_pending_age_seconds) * SECOND)),
                ("Updated:", age(stats.updated_at, now) if stats.updated_at else "never")]
     return "".join(f"{label:<{STATS_LABEL_WIDTH}}{value}\n" for label, value in values)
 
 
-def age(moment, now):
+def age(moment: datetime, now: datetime) -> str:
     """ "12s ago", "3m ago", "2h ago", "5d ago"; the date after about a month."""
     seconds = max(0, int((now - moment).total_seconds()))
     if seconds < 60:
@@ -136,7 +144,7 @@ def age(moment, now):
     return moment.astimezone(UTC).strftime("%Y-%m-%d")
 
 
-def describe_cron(expression):
+def describe_cron(expression: str | None) -> str | None:
     """The cron in words with 24-hour times ("At 08:00, Monday through Friday"), or None."""
     try:
         from cron_descriptor import ExpressionDescriptor, Options
@@ -147,17 +155,17 @@ def describe_cron(expression):
         return None
 
 
-def _warm(warm, running):
+def _warm(warm: WarmRecord, running: int) -> list[str]:
     """The Warm section's lines: the template's keys, so they read like its ``warm:``."""
-    values = (("containers:", f"{warm.containers} per worker (running now: {running})"),
+    values: tuple[tuple[str, object], ...] = (("containers:", f"{warm.containers} per worker (running now: {running})"),
               ("max_invocations:", warm.max_invocations), ("idle:", warm.idle),
               ("prestart:", "true" if warm.prestart else "false"))
     return [f"{label:<{STATS_LABEL_WIDTH}}{value}" for label, value in values]
 
 
-def _limits(record, waits):
+def _limits(record: FunctionRecord, waits: LimitWaits) -> list[str]:
     """The Limits section's lines: each limit the template sets, with this worker's waits for it."""
-    values = []
+    values: list[tuple[str, str, int, float]] = []
     if record.rate_limit:
         values.append(("rate_limit:", record.rate_limit, waits.rate_limit_waits, waits.rate_limit_wait_seconds))
     if record.concurrency_key:
@@ -167,7 +175,7 @@ def _limits(record, waits):
             for label, value, count, seconds in values]
 
 
-def _schedule(item):
+def _schedule(item: HandlerRecord) -> str:
     description = describe_cron(item.cron)
     text = f'cron="{item.cron}"' + (f" ({description})" if description else "")
     text += f" timezone={item.timezone or 'UTC'}"
@@ -176,13 +184,13 @@ def _schedule(item):
     return text
 
 
-def _field(label, value):
+def _field(label: str, value: str) -> str:
     return f"{label:<{LABEL_WIDTH}}{value}"
 
 
-def _timestamp(moment):
+def _timestamp(moment: datetime) -> str:
     return moment.astimezone(UTC).isoformat().replace("+00:00", "Z")
 
 
-def _columns(values, widths):
+def _columns(values: Sequence[str], widths: Sequence[int]) -> str:
     return "".join(f"{value:<{width}}" for value, width in zip(values, widths, strict=True))

@@ -16,8 +16,14 @@ killed half way. A broken or unwritable database is logged once, retried
 at every flush and never stops Relay.
 """
 
+from __future__ import annotations
+
 import logging
+import os
 import time
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from datetime import datetime
+from typing import TYPE_CHECKING
 
 import gevent
 from gevent.event import Event
@@ -25,8 +31,10 @@ from gevent.threadpool import ThreadPool
 
 from relay.durations import format_duration
 from relay.errors import StateError
-from relay.live.status import Outcome
-from relay.view.database import (
+from relay.live.status import FunctionStatus, Outcome
+from relay.view.database import StateDatabase
+from relay.view.reader import StateReader
+from relay.view.records import (
     EVENT,
     FAILED,
     PENDING,
@@ -38,11 +46,16 @@ from relay.view.database import (
     FunctionStats,
     HandlerRecord,
     LimitWaits,
-    StateReader,
     Stats,
     WarmRecord,
     now,
 )
+
+if TYPE_CHECKING:
+    from prometheus_client.metrics import MetricWrapperBase
+
+    from relay.functions.template import Warm
+    from relay.metrics.prometheus import Metrics
 
 log = logging.getLogger("relay.view.writer")
 
@@ -60,25 +73,26 @@ _WAITS = ("rate_limit_waits", "rate_limit_wait_seconds", "concurrency_key_waits"
 
 
 class StateWriter:
-    def __init__(self, database, metrics, *, interval=STATS_INTERVAL, clock=now):
+    def __init__(self, database: StateDatabase, metrics: Metrics, *, interval: float = STATS_INTERVAL,
+                 clock: Callable[[], datetime] = now) -> None:
         self.database = database
         self.metrics = metrics
         self.interval = interval
         self.clock = clock
         self.stopping = Event()
         self._wake = Event()
-        self._view = ()
+        self._view: tuple[FunctionRecord, ...] = ()
         self._view_dirty = False
         self._pool = ThreadPool(1)
         self._failing = False
 
-    def functions_changed(self, statuses):
+    def functions_changed(self, statuses: Iterable[FunctionStatus]) -> None:
         """The reconciler's complete, current view (FunctionStatuses); never blocks."""
         self._view = tuple(function_record(status) for status in statuses)
         self._view_dirty = True
         self._wake.set()
 
-    def loop(self):
+    def loop(self) -> None:
         due = time.monotonic() + self.interval
         while not self.stopping.is_set():
             self._wake.wait(timeout=max(0.0, due - time.monotonic()))
@@ -90,13 +104,13 @@ class StateWriter:
                 due = max(due + self.interval, time.monotonic())
             self.flush(stats=stats_due)
 
-    def stop(self):
+    def stop(self) -> None:
         self.stopping.set()
         self._wake.set()
 
-    def flush(self, stats=True):
+    def flush(self, stats: bool = True) -> None:
         """Write the view if it changed, and the counters when *stats*; errors are logged."""
-        functions = None
+        functions: tuple[FunctionRecord, ...] | None = None
         if self._view_dirty:
             functions, self._view_dirty = self._view, False
         if functions is None and not stats:
@@ -116,7 +130,7 @@ class StateWriter:
             log.info("State database writable again", extra={"path": str(self.database.path)})
         self._failing = False
 
-    def final_flush(self, timeout=FINAL_FLUSH_TIMEOUT):
+    def final_flush(self, timeout: float = FINAL_FLUSH_TIMEOUT) -> None:
         """The last view and counters, waiting at most *timeout* seconds; then close."""
         self.stop()
         try:
@@ -132,10 +146,10 @@ class StateWriter:
         self._pool.kill()
 
 
-_OUTCOMES = {Outcome.SUCCEEDED: SUCCESS, Outcome.FAILED: FAILED, None: None}
+_OUTCOMES: dict[Outcome | None, str | None] = {Outcome.SUCCEEDED: SUCCESS, Outcome.FAILED: FAILED, None: None}
 
 
-def function_record(status):
+def function_record(status: FunctionStatus) -> FunctionRecord:
     """The state row of one function the reconciler reports: references to secrets, never their values."""
     function, template = status.function, status.function.template
     handlers = tuple(HandlerRecord(handler=rule.handler, timeout=format_duration(rule.timeout), kind=EVENT)
@@ -154,14 +168,14 @@ def function_record(status):
         concurrency_key=None if template.concurrency_key is None else template.concurrency_key.path)
 
 
-def _warm_record(warm):
+def _warm_record(warm: Warm | None) -> WarmRecord | None:
     if warm is None:
         return None
     return WarmRecord(containers=warm.containers, max_invocations=warm.max_invocations,
                       idle=format_duration(warm.idle), prestart=warm.prestart)
 
 
-def stats_snapshot(metrics, moment):
+def stats_snapshot(metrics: Metrics, moment: datetime) -> tuple[Stats, dict[str, FunctionStats]]:
     """(Stats, {function: FunctionStats}) from the registry, as absolute values.
 
     A function appears once it has a counter, a warm_containers gauge or a
@@ -171,22 +185,30 @@ def stats_snapshot(metrics, moment):
     counters = Counters(**{field: int(_value(getattr(metrics, name))) for name, field in _GLOBAL})
     stats = Stats(counters=counters, pending_entries=int(_value(metrics.pending_entries)),
                   oldest_pending_age_seconds=float(_value(metrics.pending_oldest_age)), updated_at=moment)
-    per_function = {}
+    per_function: dict[str, dict[str, int]] = {}
     for name, field in _PER_FUNCTION:
         for function, value in _by_function(getattr(metrics, name)):
             per_function.setdefault(function, {})[field] = int(value)
     warm = {function: int(value) for function, value in _by_function(metrics.warm_containers)}
-    waits = {}
+    waits: dict[str, dict[str, float]] = {}
     for name in _WAITS:
         for function, value in _by_function(getattr(metrics, name)):
-            waits.setdefault(function, {})[name] = value if name.endswith("_seconds") else int(value)
+            waits.setdefault(function, {})[name] = value
     return stats, {function: FunctionStats(counters=Counters(**per_function.get(function, {})),
                                            warm_containers=warm.get(function, 0),
-                                           waits=LimitWaits(**waits.get(function, {})))
+                                           waits=_limit_waits(waits.get(function, {})))
                    for function in per_function.keys() | warm.keys() | waits.keys()}
 
 
-def _value(metric):
+def _limit_waits(values: Mapping[str, float]) -> LimitWaits:
+    """The LimitWaits of the counters in *values* (named as its fields): the waits whole, their seconds as counted."""
+    return LimitWaits(rate_limit_waits=int(values.get("rate_limit_waits", 0)),
+                      rate_limit_wait_seconds=values.get("rate_limit_wait_seconds", 0.0),
+                      concurrency_key_waits=int(values.get("concurrency_key_waits", 0)),
+                      concurrency_key_wait_seconds=values.get("concurrency_key_wait_seconds", 0.0))
+
+
+def _value(metric: MetricWrapperBase) -> float:
     """The value of an unlabelled counter or gauge."""
     for family in metric.collect():
         for sample in family.samples:
@@ -195,7 +217,7 @@ def _value(metric):
     return 0
 
 
-def _by_function(metric):
+def _by_function(metric: MetricWrapperBase) -> Iterator[tuple[str, float]]:
     """(function, value) of a counter or gauge labelled by function."""
     for family in metric.collect():
         for sample in family.samples:
@@ -203,7 +225,7 @@ def _by_function(metric):
                 yield sample.labels["function"], sample.value
 
 
-def previous_functions(path):
+def previous_functions(path: str | os.PathLike[str]) -> set[str]:
     """The function names an earlier run left in the state database (for the startup image GC)."""
     try:
         return StateReader(path).function_names()
