@@ -2,7 +2,7 @@
 
 The function is loaded from <dir> as ``relay start`` loads it; its image is
 built by the same ImageBuilder (same recipe, same tag: a Relay on this host
-reuses it), and each handler runs through the same Executor: the hardened
+reuses it), and each handler runs through the same executors: the hardened
 container, warm when the template says ``warm:``, the template's env with
 secrets from the local store, the rule's timeout. The handler's output
 streams to stdout with the prefix Relay's own output gives it; one line per
@@ -162,7 +162,7 @@ def _environment(function):
 
 def _run_handlers(docker, function, plan, targets, env, stdout):
     from relay.errors import BuildError
-    from relay.runtime.executor import Executor
+    from relay.runtime.executor import build_executor
     from relay.runtime.images import ImageBuilder
     from relay.runtime.invocation import Invocation
 
@@ -172,7 +172,7 @@ def _run_handlers(docker, function, plan, targets, env, stdout):
         raise _Refused(str(error).splitlines()[0]) from None
     template = function.template
     # Labelled with a worker name no Relay has, so no starting Relay sweeps these containers as its own.
-    executor = Executor(docker, f"relay-invoke@{socket.gethostname()}", output=stdout, warm_capacity=1)
+    executor = build_executor(docker, f"relay-invoke@{socket.gethostname()}", stdout, warm_capacity=1)
     message_id = f"invoke-{secrets.token_hex(8)}"
     try:
         for target in targets:
