@@ -62,7 +62,7 @@ from relay.durations import SECOND  # noqa: E402
 from relay.functions import load_function  # noqa: E402
 from relay.functions.template import Warm  # noqa: E402
 from relay.runtime.containers import USER, host_config  # noqa: E402
-from relay.runtime.executor import Executor  # noqa: E402
+from relay.runtime.executor import build_executor  # noqa: E402
 from relay.runtime.images import ImageBuilder  # noqa: E402
 from relay.runtime.invocation import Invocation  # noqa: E402
 from relay.runtime.pins import ImagePins  # noqa: E402
@@ -297,7 +297,7 @@ def main():
     # A created, never started container keeps the image from being garbage
     # collected by another Relay on this engine while the benchmark runs.
     pin = client.api.create_container(image, command=["true"], labels={"relay.bench.pin": "1"})["Id"]
-    executor = Executor(client, hostname, io.StringIO(), pins=ImagePins(), warm_capacity=4)
+    executor = build_executor(client, hostname, io.StringIO(), pins=ImagePins(), warm_capacity=4)
     bare_warm = BareWarm(client, image, 4)
     floor = ProtocolFloor(client, image, 4, f"{hostname}-floor")
     runners = {"relay": relay_runner(executor, image), "bare": bare_runner(client, image),

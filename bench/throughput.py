@@ -197,12 +197,12 @@ def matched_loop(client, docker_client, image, count, concurrency, warm=None, ex
     from dataclasses import replace
 
     from relay.functions import ActiveFunction
-    from relay.runtime.executor import Executor
+    from relay.runtime.executor import build_executor
 
     function = load_function(Path(image.directory))
     if warm is not None:
         function = replace(function, template=replace(function.template, concurrency=concurrency, warm=warm))
-    executor = executor or Executor(docker_client, f"relay-bench-{os.getpid()}", io.StringIO())
+    executor = executor or build_executor(docker_client, f"relay-bench-{os.getpid()}", io.StringIO())
     metrics = Metrics()
     catalog = Catalog([ActiveFunction(function, image=image.tag)])
     client.delete(STREAM)
@@ -321,10 +321,11 @@ def warm_path(client, docker_client, image, options):
     import io
 
     from relay.functions.template import Warm
-    from relay.runtime.executor import Executor
+    from relay.runtime.executor import build_executor
 
     warm = Warm(containers=WARM_CONCURRENCY)
-    executor = Executor(docker_client, f"relay-bench-{os.getpid()}", io.StringIO(), warm_capacity=WARM_CONCURRENCY)
+    executor = build_executor(docker_client, f"relay-bench-{os.getpid()}", io.StringIO(),
+                              warm_capacity=WARM_CONCURRENCY)
     try:
         matched_loop(client, docker_client, image, WARM_CONCURRENCY, WARM_CONCURRENCY, warm, executor)  # start them
         (cold_seconds, warm_seconds), ratios = alternate(

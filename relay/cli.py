@@ -255,7 +255,7 @@ def run(argv: list[str], imported_before_patch: Iterable[str] = ()) -> int:
     if command == "start":
         from relay.supervisor import start
 
-        return start(imported_before_patch)
+        return start(tuple(imported_before_patch))
     return importlib.import_module(ADMIN_COMMANDS[command]).run(args)
 
 

@@ -6,15 +6,21 @@ place that decides it, by looking at the raw argument list before anything
 else is imported. Every other command stays unpatched and light.
 """
 
+from __future__ import annotations
+
 import os
 import sys
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
 
 _IMPORTED_TOO_EARLY = ("redis", "docker", "urllib3", "requests", "ssl")
 
 
-def main(argv=None):
+def main(argv: Sequence[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
-    early = ()
+    early: tuple[str, ...] = ()
     if argv[:1] == ["start"]:
         early = tuple(name for name in _IMPORTED_TOO_EARLY if name in sys.modules)
         from gevent import monkey

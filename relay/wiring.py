@@ -1,38 +1,100 @@
-"""The engine's parts put together, once: the supervisor, the tests and bench/ all build it here.
+"""Relay's parts put together, once: the supervisor, the tests and bench/ all build them here.
 
-The caller brings what differs between them (the executor, the secrets
+``build_engine`` joins the stream engine. The caller brings what differs
+between the supervisor, the tests and bench/ (the executor, the secrets
 behind ``environment``, the image pins, the clock and the intervals, any
 observer besides Prometheus); the invocation store, the Settler, the slots,
 the fleet-wide limits, the buffer, the dispatcher and the consumer are
 always joined the same way.
+
+``build_process`` builds everything one ``relay start`` runs around it: the
+metrics, the catalog and the pins, the cold and warm executors, the image
+builder, the reconciler, the watcher and its debounce, the state writer and
+the side loops; who hears whose events is decided here. Building touches
+nothing outside the process but the state database it reads; the
+supervisor then starts it step by step (relay.supervisor). The webhook
+server alone is made at its step of the start (``listen_webhook``): it
+binds its port as it is made.
 """
 
 from __future__ import annotations
 
+import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from functools import partial
+from pathlib import Path
+from typing import TYPE_CHECKING, Protocol
 
+import docker
 import redis
 
-from relay.config import DEFAULT_MAX_EVENT_BYTES
+from relay.config import DEFAULT_MAX_EVENT_BYTES, FUNCTIONS_DIR, Config
+from relay.gitsync.webhook import webhook_service
+from relay.gitsync.webhook_secret import secret_store
+from relay.live.catalog import Catalog
+from relay.live.reconciler import ActiveImages, Reconciler
+from relay.live.watcher import Debouncer, Watcher
 from relay.metrics.prometheus import Metrics, PrometheusObserver
+from relay.metrics.server import MetricsServer
+from relay.offload import in_thread
+from relay.runtime.events import RuntimeObservers
+from relay.runtime.executor import Router, build_executor
+from relay.runtime.image_gc import retire_image
+from relay.runtime.images import ImageBuilder
+from relay.runtime.pins import ImagePins
+from relay.runtime.sweep import Leftovers
+from relay.runtime.warm_pool import WarmExecutor
+from relay.secrets.store import FileSecretStore, environment
 from relay.stream import seams
 from relay.stream.admission import SLOT_WAIT, Admission
+from relay.stream.backlog import Backlog
 from relay.stream.consumer import MIN_IDLE, READ_BLOCK_MS, RECLAIM_INTERVAL, Buffer, Consumer
 from relay.stream.dispatcher import Dispatcher
 from relay.stream.invocations import InvocationStore
 from relay.stream.keys import StreamAddress
 from relay.stream.limits import FleetLimits
-from relay.stream.schedules import Provenance
+from relay.stream.retention import Retention
+from relay.stream.schedules import Provenance, Publisher, Scheduler
 from relay.stream.settle import Settler
 from relay.stream.slots import Slots
+from relay.view.database import DB_PATH, StateDatabase
+from relay.view.writer import StateWriter, previous_functions
 
 if TYPE_CHECKING:
     from relay.runtime.invocation import Outcome
     from relay.stream.limits import Limit
     from relay.stream.verdict import Settlement
+
+
+class Service(Protocol):
+    """A loop the supervisor runs in a greenlet of its own until ``stop``."""
+
+    def loop(self) -> None: ...
+
+    def stop(self) -> None: ...
+
+
+@dataclass(frozen=True)
+class Timing:
+    """The engine's fixed intervals, in seconds. Only tests construct another one."""
+
+    reclaim_interval: float = 60.0
+    min_idle: float = 60.0
+    backlog_interval: float = 15.0
+    rescan_interval: float = 30.0   # the reconciler's periodic pass
+    watch_interval: float = 0.5     # the watcher's polls of /functions
+    debounce: float = 0.75          # quiet time after a function's last change
+    stats_interval: float = 5.0     # counters → state database
+
+
+@dataclass(frozen=True)
+class Clients:
+    """The connections to Relay's two dependencies (relay.clients), made and checked by the supervisor."""
+
+    redis: redis.Redis
+    docker: docker.DockerClient
 
 
 @dataclass(frozen=True)
@@ -77,6 +139,93 @@ def build_engine(client: redis.Redis, address: StreamAddress, *, catalog: seams.
                         buffer=buffer, observer=observer, block_ms=block_ms, reclaim_interval=reclaim_interval,
                         min_idle=min_idle, max_event_bytes=max_event_bytes)
     return Engine(address, observer, store, settler, slots, buffer, dispatcher, consumer, limits)
+
+
+@dataclass(frozen=True)
+class Process:
+    """Everything one ``relay start`` runs, built and joined (``build_process``)."""
+
+    metrics: Metrics
+    catalog: Catalog
+    pins: ImagePins
+    leftovers: Leftovers          # removals the engine could not confirm, retried (a loop)
+    executor: Router              # the dispatcher's Executor: cold, or warm on ``warm``
+    warm: WarmExecutor            # the same warm executor: its loop prestarts and stops idle containers
+    state: StateWriter            # the state database's writer (a loop)
+    functions_before: frozenset[str]   # what the previous run left in the state database: the image GC's
+    active_images: ActiveImages   # function → active image, read live from the catalog: what GC keeps
+    reconciler: Reconciler        # /functions → catalog (a loop: the periodic pass)
+    debouncer: Debouncer
+    watcher: Watcher              # changes under /functions → the debouncer → the reconciler (a loop)
+    engine: Engine                # the consumer's two loops and what they feed
+    side_loops: Mapping[str, Service]   # by the name a log line gives each: backlog, scheduler, ...
+
+
+def build_process(config: Config, clients: Clients, *, functions_dir: str | Path = FUNCTIONS_DIR,
+                  secrets_dir: str | Path | None = None, state_path: str | Path | None = None,
+                  timing: Timing = Timing()) -> Process:
+    """Everything ``relay start`` runs for *config*, over *clients*, joined; nothing is started.
+
+    *secrets_dir* and *state_path* override the fixed secret store and state
+    database (tests only). The previous run's function names are read from
+    the state database here, before its writer can replace them.
+    """
+    docker_client = clients.docker
+    metrics = Metrics()
+    prometheus = PrometheusObserver(metrics)
+    runtime_events = RuntimeObservers([prometheus])
+    catalog = Catalog()
+    pins = ImagePins()
+    secrets = secret_store(secrets_dir) if secrets_dir else secret_store()
+    function_environment = partial(environment, provider=secrets)
+    leftovers = Leftovers(docker_client)
+    executor = build_executor(docker_client, config.consumer, sys.stdout, pins=pins, leftovers=leftovers,
+                              warm_capacity=config.max_concurrency, functions=catalog.snapshot,
+                              environment=function_environment, observer=runtime_events)
+    warm = executor.warm
+
+    state_path = state_path or DB_PATH
+    functions_before = frozenset(previous_functions(state_path))
+    state = StateWriter(StateDatabase(state_path), metrics, interval=timing.stats_interval)
+    active_images = ActiveImages(catalog)
+
+    def retire(tag: str) -> None:
+        """An old version's image: its warm containers go once idle, its tag after its last pin."""
+        warm.retire_image(tag)
+        retire_image(docker_client, tag, pins, active_images)
+
+    builder = ImageBuilder(docker_client, observer=runtime_events, offload=in_thread)
+    reconciler = Reconciler(functions_dir, builder, catalog, retire=retire, observers=(prometheus, state),
+                            offload=in_thread, webhook_secret=secrets.webhook_secret,
+                            rescan_interval=timing.rescan_interval)
+    runtime_events.add(reconciler)   # an invocation that finds its image gone has it built again
+    debouncer = Debouncer(reconciler.request, delay=timing.debounce)
+    watcher = Watcher(functions_dir, debouncer.touch, interval=timing.watch_interval)
+
+    client, address = clients.redis, StreamAddress(config.stream, config.group, config.consumer)
+    engine = build_engine(
+        client, address, catalog=catalog, executor=executor, environment=function_environment, pins=pins,
+        metrics=metrics, max_concurrency=config.max_concurrency, max_buffered_events=config.max_buffered_events,
+        max_event_bytes=config.max_event_bytes, reclaim_interval=timing.reclaim_interval, min_idle=timing.min_idle)
+    side_loops: dict[str, Service] = {
+        "backlog": Backlog(client, address, metrics, interval=timing.backlog_interval),
+        "scheduler": Scheduler(catalog, Publisher(client, config.stream, metrics))}
+    if config.retention:
+        side_loops["retention"] = Retention(client, config.stream, config.retention)
+    if config.metrics_addr:
+        side_loops["metrics server"] = MetricsServer(config.metrics_addr, metrics.registry)
+    return Process(metrics=metrics, catalog=catalog, pins=pins, leftovers=leftovers, executor=executor, warm=warm,
+                   state=state, functions_before=functions_before, active_images=active_images,
+                   reconciler=reconciler, debouncer=debouncer, watcher=watcher, engine=engine, side_loops=side_loops)
+
+
+def listen_webhook(config: Config, secrets_dir: str | Path | None = None) -> Service | None:
+    """The webhook server, listening on GIT_WEBHOOK_ADDR; None (logged) when it is not enabled.
+
+    A port that cannot be bound raises WebhookBindError: the start stops."""
+    service: Service | None = webhook_service(
+        config.webhook_addr, secrets=FileSecretStore(secrets_dir) if secrets_dir else None)
+    return service
 
 
 def _one_observer(observers: list[seams.Observer]) -> seams.Observer:

@@ -16,7 +16,7 @@ from relay.functions import ActiveFunction, parse_template
 from relay.functions.template import Warm
 from relay.live.catalog import Catalog
 from relay.metrics.prometheus import Metrics
-from relay.runtime.executor import Executor
+from relay.runtime.executor import build_executor
 from relay.runtime.invocation import Invocation
 from relay.stream.deadletters import DeadLetters
 from relay.stream.group import ensure_group
@@ -39,10 +39,10 @@ def images(docker_engine, tmp_path_factory):
 
 @contextmanager
 def executor_on(docker_engine):
-    """An Executor whose handler output goes to a StringIO; its warm containers are removed after."""
+    """An executor (cold and warm) whose handler output goes to a StringIO; its warm containers are removed after."""
     with clean_hostname(docker_engine, "rt-context") as hostname:
         output = io.StringIO()
-        executor = Executor(docker_engine, hostname, output, warm_capacity=2)
+        executor = build_executor(docker_engine, hostname, output, warm_capacity=2)
         try:
             yield executor, output
         finally:

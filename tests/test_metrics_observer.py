@@ -1,8 +1,11 @@
 """PrometheusObserver, pure: domain events in, exactly the metric updates the hot path made inline before."""
 
+from types import SimpleNamespace
+
 import pytest
 
 from relay.metrics.prometheus import Metrics, PrometheusObserver
+from relay.runtime.events import RuntimeObserver, RuntimeObservers
 from relay.runtime.invocation import Outcome
 from relay.stream.limits import Limit
 from relay.stream.verdict import OBSOLETE, OPEN, TRIMMED, UNMATCHED, WAITING, Cause, Settlement, Verdict
@@ -150,3 +153,41 @@ def test_observers_pass_every_event_to_each_in_order(metrics):
                                                        "invocation_finished", "limit_waited", "settled", "expired"]
     assert sample(metrics, "events_received_total") == 1 and sample(metrics, "events_processed_total") == 1
     assert sample(metrics, "events_expired_total", function="orders") == 1
+
+
+# --- the runtime's and the reconciler's events ------------------------------------------
+
+
+def test_builds_warm_containers_and_loaded_functions(metrics, observer):
+    observer.build_failed("orders")
+    observer.image_built("orders", 2.5)
+    observer.warm_containers_changed("orders", 3)
+    observer.warm_containers_changed("orders", 2)
+    observer.image_missing("orders", "relay-fn-orders:0000000000000000")   # counted by the invocation's outcome
+    observer.functions_changed([SimpleNamespace(function=SimpleNamespace(name="audit"))])   # a FunctionStatus
+    assert sample(metrics, "build_failures_total", function="orders") == 1
+    assert sample(metrics, "function_build_seconds_count", function="orders") == 1
+    assert sample(metrics, "function_build_seconds_sum", function="orders") == 2.5
+    assert sample(metrics, "warm_containers", function="orders") == 2
+    assert metrics.registry.get_sample_value("build_failures_total", {"function": "audit"}) == 0   # created at 0
+    assert metrics.registry.get_sample_value("function_handler_failure_total", {"function": "audit"}) == 0
+
+
+def test_runtime_observers_pass_every_event_to_each_in_order_and_take_one_more_later(metrics):
+    class Recorder(RuntimeObserver):
+        def __init__(self):
+            self.events = []
+
+        def image_missing(self, function, image):     # the one event it hears; the others do nothing
+            self.events.append((function, image))
+
+    recorder = Recorder()
+    events = RuntimeObservers([PrometheusObserver(metrics)])
+    events.build_failed("orders")
+    events.add(recorder)
+    events.image_built("orders", 1.0)
+    events.warm_containers_changed("orders", 1)
+    events.image_missing("orders", "relay-fn-orders:0000000000000000")
+    assert recorder.events == [("orders", "relay-fn-orders:0000000000000000")]
+    assert sample(metrics, "build_failures_total", function="orders") == 1
+    assert sample(metrics, "warm_containers", function="orders") == 1

@@ -35,13 +35,17 @@ def root(tmp_path):
 def world(root):
     """A reconciler wired like the supervisor does, with its collaborators exposed."""
 
+    class Views(list):
+        def functions_changed(self, statuses):
+            self.append(statuses)
+
     class World:
         builder = Builder()
         catalog = Catalog()
         retired = []
-        views = []
+        views = Views()
         clock = Clock()
-        reconciler = Reconciler(root, builder, catalog, retire=retired.append, on_change=views.append, clock=clock)
+        reconciler = Reconciler(root, builder, catalog, retire=retired.append, observers=[views], clock=clock)
 
         def names(self):
             return [active.name for active in self.catalog.snapshot()]

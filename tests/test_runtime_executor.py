@@ -14,12 +14,13 @@ from pathlib import Path
 import pytest
 
 from relay.durations import SECOND
-from relay.runtime.executor import Executor
+from relay.runtime.cold import ColdExecutor
 from relay.runtime.invocation import Invocation, redact
 from relay.runtime.output import MAX_LINE_BYTES, TRUNCATED
 from relay.runtime.recipes import dependency_recipe
 from relay.runtime.registry import RUNTIMES
 from tests.support.runtime import (
+    RuntimeEvents,
     built_fixtures,
     clean_hostname,
     containers_of,
@@ -53,7 +54,7 @@ def output():
 
 @pytest.fixture
 def executor(docker_engine, hostname, output):
-    return Executor(docker_engine, hostname, output)
+    return ColdExecutor(docker_engine, hostname, output)
 
 
 def invoke(executor, images, fixture, handler, event=None, timeout=20 * SECOND, **extra):
@@ -131,7 +132,7 @@ def test_a_hostile_event_id_neither_forges_nor_drops_output_lines(docker_engine,
     raw = io.BytesIO()
     strict = io.TextIOWrapper(raw, encoding="utf-8", errors="strict", write_through=True)
     event_id = 'evt-1\nrelay: function "forged" handler "x": level=ERROR \ud800 "q" \x1b[31m'
-    outcome = invoke(Executor(docker_engine, hostname, strict), images, "rt-python", "handler.handler",
+    outcome = invoke(ColdExecutor(docker_engine, hostname, strict), images, "rt-python", "handler.handler",
                      {"n": 1}, event_id=event_id)
     assert outcome.ok
     function, _ = images["rt-python"]
@@ -155,14 +156,14 @@ def test_a_timeout_kills_the_container_and_leaves_nothing(executor, images, outp
 
 def test_a_missing_image_is_not_charged_and_is_reported_for_a_rebuild(docker_engine, hostname, output, images):
     function, _ = images["rt-python"]
-    missing = []
-    executor = Executor(docker_engine, hostname, output, on_image_missing=lambda *found: missing.append(found))
+    events = RuntimeEvents()
+    executor = ColdExecutor(docker_engine, hostname, output, observer=events)
     image = f"relay-fn-{function.name}:ffffffffffffffff"
     outcome = executor.run(Invocation(function=function.name, handler="handler.handler", image=image,
                                       payload=b"{}", timeout=5 * SECOND, env={}))
     assert not outcome.ok and outcome.exit_code is None and not outcome.timed_out
     assert f"image {image} does not exist" in outcome.error and outcome.engine_unavailable
-    assert missing == [(function.name, image)]
+    assert events.missing == [(function.name, image)]
 
 
 def test_a_start_failure_is_cleaned_up(executor, docker_engine, hostname):
@@ -313,13 +314,13 @@ import io, json, sys, time
 import docker
 import gevent
 from relay.durations import SECOND
-from relay.runtime.executor import Executor
+from relay.runtime.cold import ColdExecutor
 from relay.runtime.invocation import Invocation, redact
 
 function, image, hostname = sys.argv[1:4]
 client = docker.from_env()
 output = io.StringIO()
-executor = Executor(client, hostname, output)
+executor = ColdExecutor(client, hostname, output)
 
 def invocation(number, seconds, timeout=30 * SECOND):
     return Invocation(function=function, handler="slow.handler", image=image, timeout=timeout, env={},
@@ -407,7 +408,7 @@ def test_an_unreachable_engine_is_flagged_as_not_the_handlers_failure(base_url):
     import docker
 
     client = docker.DockerClient(base_url=base_url, version="1.41", timeout=2)
-    outcome = Executor(client, "host-x", output=io.StringIO()).run(
+    outcome = ColdExecutor(client, "host-x", output=io.StringIO()).run(
         Invocation(function="f", handler="h.handler", image="relay-fn-f:0", payload=b"{}", timeout=5 * SECOND))
     assert (outcome.ok, outcome.engine_unavailable) == (False, True)
     assert "the Docker engine is unreachable" in outcome.error

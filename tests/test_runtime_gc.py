@@ -11,7 +11,7 @@ from docker.errors import APIError, NotFound
 
 from relay.durations import SECOND
 from relay.functions import load_function
-from relay.runtime.executor import Executor
+from relay.runtime.cold import ColdExecutor
 from relay.runtime.image_gc import collect_garbage, retire_image
 from relay.runtime.images import ImageBuilder
 from relay.runtime.invocation import Invocation
@@ -140,7 +140,7 @@ def test_gc_never_removes_an_image_an_in_flight_invocation_uses(docker_engine, v
                         lambda tag, **options: (attempts.append(tag), remove_image(tag, **options))[1])
     hostname = f"rt-gc-{token()}"
     image_pins = ImagePins()
-    executor = Executor(docker_engine, hostname, pins=image_pins)
+    executor = ColdExecutor(docker_engine, hostname, pins=image_pins)
     result = {}
     worker = threading.Thread(target=lambda: result.update(outcome=executor.run(Invocation(
         function=name, handler="handler.handler", image=old, payload=b'{"s": 3}', timeout=30 * SECOND, env={}))))

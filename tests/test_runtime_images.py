@@ -16,7 +16,7 @@ from relay.runtime import images as images_module
 from relay.runtime.images import ImageBuilder
 from relay.runtime.recipes import RECIPE_LABEL, dependency_recipe
 from relay.runtime.registry import RUNTIMES
-from tests.support.runtime import BuildSpy, Pins, image_exists, token, write_function
+from tests.support.runtime import BuildSpy, Pins, RuntimeEvents, image_exists, token, write_function
 
 PYTHON = RUNTIMES["python3.14"]
 ROOT = Path(__file__).resolve().parent.parent
@@ -122,8 +122,8 @@ def test_a_changed_manifest_gets_a_new_dependency_image(docker_engine, tmp_path,
 
 def test_a_failed_build_reports_its_output_and_keeps_the_previous_version(docker_engine, tmp_path, created, caplog,
                                                                          pins):
-    failures = []
-    builder = ImageBuilder(docker_engine, on_build_failure=failures.append)
+    events = RuntimeEvents()
+    builder = ImageBuilder(docker_engine, observer=events)
     marker = token()
     function = python_function(tmp_path / f"img-fail-{marker}")
     created.append(builder.prepare(function))
@@ -137,7 +137,7 @@ def test_a_failed_build_reports_its_output_and_keeps_the_previous_version(docker
     message = str(raised.value)
     assert message.startswith(f'building image {dependency} for function "{function.name}" failed: ')
     assert "does-not-exist.txt" in message and "last build output:" in message
-    assert failures == [function.name]
+    assert events.failed_builds == [function.name]
     [record] = [record for record in caplog.records if record.levelno == logging.ERROR]
     assert record.function == function.name and "does-not-exist.txt" in record.error
     assert image_exists(docker_engine, function.image)  # the previous version is still there to run
@@ -145,16 +145,15 @@ def test_a_failed_build_reports_its_output_and_keeps_the_previous_version(docker
 
 
 def test_build_output_goes_to_debug_logs_and_build_time_is_reported(docker_engine, tmp_path, created, caplog):
-    timings = []
+    events = RuntimeEvents()
     function = python_function(tmp_path / f"img-log-{token()}")
     created.append(function.image)
     with caplog.at_level(logging.DEBUG, logger="relay.runtime"):
-        ImageBuilder(docker_engine, on_build_seconds=lambda name, seconds: timings.append((name, seconds))).prepare(
-            function)
+        ImageBuilder(docker_engine, observer=events).prepare(function)
     debug = [record.getMessage() for record in caplog.records if record.levelno == logging.DEBUG]
     assert any(message.startswith("Step 1/") for message in debug)
     assert any(message == f"Successfully tagged {function.image}" for message in debug)
-    assert [name for name, _ in timings] == [function.name] and timings[0][1] > 0
+    assert [name for name, _ in events.built] == [function.name] and events.built[0][1] > 0
 
 
 def test_a_base_image_that_cannot_be_pulled_fails_cleanly(docker_engine, tmp_path, created, monkeypatch):

@@ -12,7 +12,7 @@ import pytest
 from relay.durations import SECOND
 from relay.errors import TemplateError
 from relay.functions import load_function
-from relay.runtime.executor import Executor
+from relay.runtime.cold import ColdExecutor
 from relay.runtime.images import ImageBuilder
 from relay.runtime.invocation import Invocation
 from tests.support.workers import Worker, engine_env, namespaced_relay_command, publish, wait_until, write_function
@@ -46,7 +46,7 @@ def test_network_accepts_none_or_nothing(tmp_path):
 
 def run_and_inspect(docker_engine, function, image, hostname):
     """Run one invocation of *function*; the engine's inspect of its container while it ran."""
-    executor = Executor(docker_engine, hostname, output=open(os.devnull, "w"))
+    executor = ColdExecutor(docker_engine, hostname, output=open(os.devnull, "w"))
     invocation = Invocation(function=function.name, handler="app.handler", image=image,
                             payload=b'{"kind": "x", "n": 1, "linger": 3}', timeout=60 * SECOND,
                             network=function.template.network)

@@ -9,7 +9,7 @@ import pytest
 from docker.errors import NotFound
 
 from relay.durations import SECOND
-from relay.runtime.executor import Executor
+from relay.runtime.cold import ColdExecutor
 from relay.runtime.invocation import Invocation
 from relay.runtime.sweep import Leftovers, sweep_orphans
 from tests.support.runtime import token
@@ -125,7 +125,7 @@ def test_an_unreachable_engine_hands_the_container_name_to_leftovers():
 
     client = docker.DockerClient(base_url="unix:///nonexistent/docker.sock", version="1.41", timeout=2)
     leftovers = Leftovers(client)
-    outcome = Executor(client, "host-x", output=io.StringIO(), leftovers=leftovers).run(
+    outcome = ColdExecutor(client, "host-x", output=io.StringIO(), leftovers=leftovers).run(
         Invocation(function="f", handler="h.handler", image="relay-fn-f:0", payload=b"{}", timeout=5 * SECOND))
     assert outcome.engine_unavailable
     (reference,) = leftovers._references

@@ -14,10 +14,11 @@ from relay.durations import SECOND
 from relay.functions import ActiveFunction
 from relay.functions.template import Warm
 from relay.runtime.containers import MEMORY_BYTES, PIDS_LIMIT
-from relay.runtime.executor import Executor
+from relay.runtime.executor import build_executor
 from relay.runtime.invocation import Invocation
 from relay.runtime.pins import ImagePins
 from tests.support.runtime import (
+    RuntimeEvents,
     built_fixtures,
     clean_hostname,
     containers_of,
@@ -54,7 +55,7 @@ def pins():
 
 @pytest.fixture
 def executor(docker_engine, hostname, output, pins):
-    executor = Executor(docker_engine, hostname, output, pins=pins, warm_capacity=4)
+    executor = build_executor(docker_engine, hostname, output, pins=pins, warm_capacity=4)
     yield executor
     executor.warm.close()
 
@@ -285,7 +286,7 @@ def test_a_changed_environment_gets_a_new_container(executor, images, output):
 
 
 def test_the_pool_never_holds_more_than_its_capacity(docker_engine, hostname, images, output):
-    executor = Executor(docker_engine, hostname, output, warm_capacity=1)
+    executor = build_executor(docker_engine, hostname, output, warm_capacity=1)
     try:
         for n in range(4):
             fixture = FIXTURES[n % 2]
@@ -310,12 +311,12 @@ def test_close_removes_every_container(executor, images, docker_engine, hostname
 def test_an_image_that_does_not_exist_fails_like_an_engine_error_and_is_reported(docker_engine, hostname, output,
                                                                                 images):
     missing = replace(invocation(images, "rt-warm-python", "warm.counter"), image="relay-fn-missing:0000000000000000")
-    reported = []
-    executor = Executor(docker_engine, hostname, output, on_image_missing=lambda *found: reported.append(found))
+    events = RuntimeEvents()
+    executor = build_executor(docker_engine, hostname, output, observer=events)
     outcome = executor.run(missing)
     assert (outcome.ok, outcome.engine_unavailable) == (False, True)
     assert "does not exist" in outcome.error
-    assert reported == [(missing.function, missing.image)]
+    assert events.missing == [(missing.function, missing.image)]
 
 
 # --- what a warm container is ---
@@ -354,8 +355,8 @@ def test_prestart_starts_the_containers_once_per_version(docker_engine, hostname
     function, tag = images["rt-warm-python"]
     function = replace(function, template=replace(function.template, warm=Warm(containers=2, prestart=True)))
     active = [ActiveFunction(function=function, image=tag)]
-    executor = Executor(docker_engine, hostname, output, pins=pins, warm_capacity=4, functions=lambda: active,
-                        environment=lambda function: dict(function.template.env))
+    executor = build_executor(docker_engine, hostname, output, pins=pins, warm_capacity=4, functions=lambda: active,
+                              environment=lambda function: dict(function.template.env))
     try:
         executor.warm.prestart()
         assert len(warm_containers(docker_engine, hostname)) == 2
@@ -371,11 +372,11 @@ def test_prestart_starts_the_containers_once_per_version(docker_engine, hostname
 
 
 def test_every_change_of_a_functions_container_count_is_reported(docker_engine, hostname, images, output):
-    counts = []
-    executor = Executor(docker_engine, hostname, output, on_warm_count=lambda function, count: counts.append(count))
+    events = RuntimeEvents()
+    executor = build_executor(docker_engine, hostname, output, observer=events)
     try:
         assert run(executor, images, "rt-warm-python", "warm.counter").ok
         assert run(executor, images, "rt-warm-python", "warm.leave", message_id="2-0").error
-        assert counts == [1, 0]
+        assert [count for _, count in events.warm_counts] == [1, 0]
     finally:
         executor.warm.close()

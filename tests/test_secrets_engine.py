@@ -17,7 +17,7 @@ import urllib.request
 import pytest
 
 from relay.durations import SECOND
-from relay.runtime.executor import Executor
+from relay.runtime.cold import ColdExecutor
 from relay.runtime.invocation import Invocation
 from relay.stream import markers
 from tests.support.commands import relay_secret, secret_command
@@ -278,6 +278,6 @@ def test_an_engine_error_that_echoes_the_environment_is_not_repeated(docker_engi
     invocation = Invocation(function="echo-probe", handler="app.handler", image="python:3.14-slim",
                             payload=b"{}", timeout=30 * SECOND, env={"CANARY": f"x\0{canary}"})
     with caplog.at_level("DEBUG", logger="relay"):
-        outcome = Executor(docker_engine, hostname).run(invocation)
+        outcome = ColdExecutor(docker_engine, hostname).run(invocation)
     assert not outcome.ok and "the container did not start" in outcome.error, outcome.error
     assert canary not in outcome.error and canary not in caplog.text

@@ -2,7 +2,7 @@
 
 The function is loaded from <dir> as ``relay start`` loads it; its image is
 built by the same ImageBuilder (same recipe, same tag: a Relay on this host
-reuses it), and each handler runs through the same Executor: the hardened
+reuses it), and each handler runs through the same executors: the hardened
 container, warm when the template says ``warm:``, the template's env with
 secrets from the local store, the rule's timeout. The handler's output
 streams to stdout with the prefix Relay's own output gives it; one line per
@@ -18,12 +18,33 @@ handler run, so nothing a stream delivery did ever looks like it;
 RELAY_ATTEMPT is 1, and RELAY_DEADLINE is the rule's timeout from the start.
 """
 
+from __future__ import annotations
+
 import os
 import secrets
 import socket
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, BinaryIO, Protocol, TextIO
+
+if TYPE_CHECKING:   # what the annotations name; the modules themselves load only when the command runs
+    from docker import DockerClient
+
+    from relay.functions import Function
+    from relay.functions.template import Rule
+    from relay.stream.plans import Plan
+
+Args = Mapping[str, Any]   # docopt's parsed command line: strings, flags and None by option name
+
+
+class Input(Protocol):
+    """Where the event is read from with ``-``: sys.stdin, or a test's stand-in with a ``buffer``."""
+
+    @property
+    def buffer(self) -> BinaryIO: ...
+
 
 FAILED, NONE_MATCHED, TIMED_OUT, INTERRUPTED = 1, 3, 124, 130
 
@@ -34,7 +55,8 @@ class _Target:
     timeout: int   # nanoseconds
 
 
-def run(args, stdin=None, stdout=None, environ=None):
+def run(args: Args, stdin: Input | None = None, stdout: TextIO | None = None,
+        environ: Mapping[str, str] | None = None) -> int:
     """Run ``relay invoke`` from docopt's *args*; the exit status of the handler that decides it."""
     stdin = sys.stdin if stdin is None else stdin
     stdout = sys.stdout if stdout is None else stdout
@@ -50,7 +72,7 @@ def run(args, stdin=None, stdout=None, environ=None):
         return INTERRUPTED
 
 
-def _environ(env_file):
+def _environ(env_file: str | None) -> Mapping[str, str]:
     """This process's environment, completed by the service's environment file (relay.envfile)."""
     from relay.envfile import command_environment
     from relay.errors import ConfigError
@@ -62,12 +84,12 @@ def _environ(env_file):
 
 
 class _Refused(Exception):
-    def __init__(self, message, status=FAILED):
+    def __init__(self, message: str, status: int = FAILED) -> None:
         super().__init__(message)
         self.status = status
 
 
-def _invoke(args, stdin, stdout, environ):
+def _invoke(args: Args, stdin: Input, stdout: TextIO, environ: Mapping[str, str]) -> int:
     from relay.errors import RelayError
 
     function = _load(Path(args["--dir"] or "/functions"), args["<function>"])
@@ -89,7 +111,7 @@ def _invoke(args, stdin, stdout, environ):
         docker.close()
 
 
-def _load(root, name):
+def _load(root: Path, name: str) -> Function:
     from relay.errors import TemplateError
     from relay.functions import load_function
 
@@ -103,7 +125,7 @@ def _load(root, name):
         raise _Refused(f"{first} (see 'relay validate {root}')") from None
 
 
-def _read_event(source, stdin, function):
+def _read_event(source: str, stdin: Input, function: Function) -> Plan:
     """The event read and checked as the consumer reads it: a Plan holding only *function*'s targets."""
     from relay.functions import ActiveFunction
     from relay.functions.rules import Rules
@@ -120,7 +142,7 @@ def _read_event(source, stdin, function):
     return plan
 
 
-def _targets(function, plan, handler):
+def _targets(function: Function, plan: Plan, handler: str | None) -> list[_Target]:
     """The handlers to run: the one named (whether or not the event matches it), else the matching ones."""
     template = function.template
     if handler is None:
@@ -140,7 +162,7 @@ def _targets(function, plan, handler):
     raise _Refused(f'function "{function.name}" has no handler "{handler}"; its handlers: {", ".join(known)}')
 
 
-def _note_mismatch(rule, plan):
+def _note_mismatch(rule: Rule, plan: Plan) -> None:
     from relay.functions.explain import first_mismatch
 
     why = first_mismatch(rule.pattern.source, plan.event)
@@ -149,7 +171,7 @@ def _note_mismatch(rule, plan):
               "running it anyway", file=sys.stderr)
 
 
-def _environment(function):
+def _environment(function: Function) -> Mapping[str, str]:
     from relay.errors import SecretError
     from relay.gitsync.webhook_secret import secret_store
     from relay.secrets.store import environment
@@ -160,9 +182,10 @@ def _environment(function):
         raise _Refused(f'function "{function.name}": {error}') from None
 
 
-def _run_handlers(docker, function, plan, targets, env, stdout):
+def _run_handlers(docker: DockerClient, function: Function, plan: Plan, targets: list[_Target],
+                  env: Mapping[str, str], stdout: TextIO) -> int:
     from relay.errors import BuildError
-    from relay.runtime.executor import Executor
+    from relay.runtime.executor import build_executor
     from relay.runtime.images import ImageBuilder
     from relay.runtime.invocation import Invocation
 
@@ -172,12 +195,14 @@ def _run_handlers(docker, function, plan, targets, env, stdout):
         raise _Refused(str(error).splitlines()[0]) from None
     template = function.template
     # Labelled with a worker name no Relay has, so no starting Relay sweeps these containers as its own.
-    executor = Executor(docker, f"relay-invoke@{socket.gethostname()}", output=stdout, warm_capacity=1)
+    executor = build_executor(docker, f"relay-invoke@{socket.gethostname()}", stdout, warm_capacity=1)
     message_id = f"invoke-{secrets.token_hex(8)}"
+    payload = plan.payload
+    assert payload is not None, "an event that is not text has a problem, refused by _read_event"
     try:
         for target in targets:
             outcome = executor.run(Invocation(
-                function=function.name, handler=target.handler, image=image, payload=plan.payload.encode(),
+                function=function.name, handler=target.handler, image=image, payload=payload.encode(),
                 timeout=target.timeout, env=env, message_id=message_id, event_id=plan.event_id,
                 event_name=plan.event_name, network=template.network, runtime=template.runtime,
                 warm=template.warm, attempt=1, idempotency_key=f"invoke-{secrets.token_hex(16)}"))

@@ -16,9 +16,14 @@ then go through a debounce: it is reconciled 750 ms after its last change,
 so a burst of editor saves yields one rebuild.
 """
 
+from __future__ import annotations
+
 import logging
 import os
 import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
 
 import gevent
 from gevent.event import Event
@@ -34,17 +39,18 @@ SCAN_REST = 4         # the pause after a scan is at least this many times as lo
 
 
 class Watcher:
-    def __init__(self, functions_dir, on_change, *, interval=POLL_INTERVAL, offload=None):
+    def __init__(self, functions_dir: str | Path, on_change: Callable[[str], object], *,
+                 interval: float = POLL_INTERVAL, offload: Callable[..., Any] = in_thread) -> None:
         """*on_change(name)* is called in the watcher's greenlet for every function that changed."""
         self.root = os.path.abspath(functions_dir)
         self.on_change = on_change
         self.interval = interval
-        self.offload = offload or in_thread
+        self.offload = offload
         self.stopping = Event()
         self._failing = False
 
-    def loop(self):
-        previous = None
+    def loop(self) -> None:
+        previous: DirectorySnapshot | None = None
         while True:
             started = time.monotonic()
             try:
@@ -62,11 +68,11 @@ class Watcher:
             if self.stopping.wait(max(self.interval, SCAN_REST * (time.monotonic() - started))):
                 return
 
-    def stop(self):
+    def stop(self) -> None:
         self.stopping.set()
 
 
-def poll(root, previous):
+def poll(root: str, previous: DirectorySnapshot | None) -> tuple[DirectorySnapshot, list[str]]:
     """(snapshot, names of the functions that changed since *previous*); blocking.
 
     The first poll (*previous* None) reports nothing: the startup load has
@@ -83,9 +89,9 @@ def poll(root, previous):
     paths = [*diff.files_created, *diff.files_deleted, *diff.files_modified, *diff.dirs_created, *diff.dirs_deleted]
     for source, destination in [*diff.files_moved, *diff.dirs_moved]:
         paths += [source, destination]
-    names = set()
+    names: set[str] = set()
     for path in paths:
-        first = os.path.relpath(path, root).split(os.sep, 1)[0]
+        first = os.path.relpath(os.fsdecode(path), root).split(os.sep, 1)[0]   # str paths: root is one
         if first not in (os.curdir, os.pardir):
             names.add(first)
     return snapshot, sorted(names)
@@ -94,23 +100,23 @@ def poll(root, previous):
 class Debouncer:
     """Calls ``action(key)`` once, *delay* seconds after the last ``touch(key)``."""
 
-    def __init__(self, action, delay=DEBOUNCE):
+    def __init__(self, action: Callable[[str], object], delay: float = DEBOUNCE) -> None:
         self.action = action
         self.delay = delay
-        self._due = {}
-        self._timers = {}
+        self._due: dict[str, float] = {}
+        self._timers: dict[str, gevent.Greenlet] = {}
 
-    def touch(self, key):
+    def touch(self, key: str) -> None:
         self._due[key] = time.monotonic() + self.delay
         if key not in self._timers:
             self._timers[key] = gevent.spawn(self._wait, key)
 
-    def cancel(self):
+    def cancel(self) -> None:
         timers, self._timers = list(self._timers.values()), {}
         self._due.clear()
         gevent.killall(timers, block=False)
 
-    def _wait(self, key):
+    def _wait(self, key: str) -> None:
         while (remaining := self._due[key] - time.monotonic()) > 0:
             gevent.sleep(remaining)
         del self._due[key], self._timers[key]

@@ -6,13 +6,16 @@ message, event, container and fingerprint IDs are never labels.
 
 The consumer, the dispatcher and the Settler do not touch these metrics:
 they emit domain events (relay.stream.seams.Observer), and ``PrometheusObserver``
-turns each into its counter updates. The backlog sampler, the schedule
-publisher, the image builder's callbacks, the buffer gauge and the slot-wait
-counter still set theirs directly.
+turns each into its counter updates. It hears the runtime's events too
+(relay.runtime.events.RuntimeObserver: builds, warm containers) and the
+reconciler's (relay.live.reconciler.FunctionsObserver: functions loaded).
+The backlog sampler, the schedule publisher, the buffer gauge and the
+slot-wait counter still set theirs directly.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics
@@ -21,6 +24,7 @@ from relay.stream.limits import Limit
 from relay.stream.verdict import Settlement, Verdict
 
 if TYPE_CHECKING:
+    from relay.live.status import FunctionStatus
     from relay.runtime.invocation import Outcome
 
 DURATION_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 30, 60, 120, 300)
@@ -102,7 +106,8 @@ class Metrics:
 
 
 class PrometheusObserver:
-    """The hot path's domain events as Prometheus updates (a relay.stream.seams.Observer)."""
+    """Domain events as Prometheus updates: the hot path's (a relay.stream.seams.Observer), the
+    runtime's (a relay.runtime.events.RuntimeObserver) and the reconciler's (a FunctionsObserver)."""
 
     def __init__(self, metrics: Metrics) -> None:
         self.metrics = metrics
@@ -156,3 +161,23 @@ class PrometheusObserver:
 
     def expired(self, function: str) -> None:
         self.metrics.events_expired.labels(function).inc()
+
+    # --- the runtime's events ---------------------------------------------------------
+
+    def build_failed(self, function: str) -> None:
+        self.metrics.build_failures.labels(function).inc()
+
+    def image_built(self, function: str, seconds: float) -> None:
+        self.metrics.build_duration.labels(function).observe(seconds)
+
+    def warm_containers_changed(self, function: str, count: int) -> None:
+        self.metrics.warm_containers.labels(function).set(count)
+
+    def image_missing(self, function: str, image: str) -> None:
+        """Not counted: the invocation's own outcome (not charged) is all there is to count."""
+
+    # --- the reconciler's events --------------------------------------------------------
+
+    def functions_changed(self, statuses: Sequence[FunctionStatus]) -> None:
+        for status in statuses:
+            self.metrics.function_loaded(status.function.name)

@@ -1,16 +1,24 @@
 """The runtime layer: function images and the containers that run handlers.
 
     registry       one entry per runtime: base image, dependency installers, bootstrap
+    recipes        what to build for a function: its dependency and function images (plain data)
     build_context  Dockerfiles and tar build contexts, made in temporary files
     build_limits   a build's wall-clock cutoff and the bounded tail of its output
-    images         dependency images and function images on the Docker engine
+    images         dependency images and function images on the Docker engine (ImageBuilder)
     pins           which images in-flight invocations are using
     image_gc       removal of old relay-fn-* tags nobody uses any more
-    sweep          removal of this host's orphaned execution containers at start
-    containers     what an execution container looks like: hardening and labels
+    sweep          removal of this host's orphaned execution containers at start, and of leftovers
+    containers     what an execution container looks like: hardening, labels, HostConfigs
     context        the RELAY_* variables each invocation sees
     output         handler stdout/stderr, demultiplexed and forwarded line by line
-    executor       one invocation: create, attach, start, wait, clean up
+    invocation     what an executor is asked (Invocation) and answers (Outcome)
+    protocol       the engine calls of one execution: attach, a wait registered before start
+    cold           ColdExecutor: one invocation in one throw-away container
+    warm           one warm container and the framed protocol of its resident bootstrap
+    warm_pool      WarmExecutor: the warm containers of one worker, reused per function version
+    executor       Router: warm invocations to the WarmExecutor, the rest to the ColdExecutor;
+                   build_executor makes the pair, sharing one HostConfig per network
+    events         RuntimeObserver: builds, warm containers and missing images, for whoever listens
 
 Importing this package imports nothing else; the registry is plain data and
 does not need docker-py.

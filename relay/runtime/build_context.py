@@ -17,6 +17,8 @@ files (``time.sleep(0)`` is the cooperative yield when patched and costs
 nothing when not), so a large function never stalls running invocations.
 """
 
+from __future__ import annotations
+
 import io
 import logging
 import os
@@ -25,11 +27,15 @@ import tarfile
 import tempfile
 import time
 from pathlib import Path
+from typing import IO, TYPE_CHECKING
 
 from relay.errors import BuildError
 from relay.functions.function import TEMPLATE_FILE
 from relay.functions.regular import kind_of
 from relay.links import leads_outside
+
+if TYPE_CHECKING:
+    from relay.runtime.recipes import DependencyRecipe, FunctionRecipe
 
 log = logging.getLogger("relay.runtime.build")
 
@@ -37,7 +43,7 @@ _YIELD_EVERY_BYTES = 256 * 1024
 _YIELD_EVERY_ENTRIES = 64
 
 
-def dependency_context(recipe):
+def dependency_context(recipe: DependencyRecipe) -> IO[bytes]:
     """A temporary file holding the dependency image's context: the Dockerfile and the manifests."""
     archive = _Archive()
     try:
@@ -50,7 +56,7 @@ def dependency_context(recipe):
         raise
 
 
-def function_context(recipe):
+def function_context(recipe: FunctionRecipe) -> IO[bytes]:
     """A temporary file holding the function image's context (see the module docstring)."""
     archive = _Archive()
     try:
@@ -67,7 +73,7 @@ def function_context(recipe):
         raise
 
 
-def _add_source(archive, root, function_name):
+def _add_source(archive: _Archive, root: Path, function_name: str) -> None:
     for current, directories, files in os.walk(root, followlinks=False):
         directories.sort()
         base = Path(current)
@@ -95,7 +101,7 @@ def _add_source(archive, root, function_name):
                 raise BuildError(f"cannot read {path}: {error.strerror or error}") from None
 
 
-def _add_link(archive, root, path, member, function_name):
+def _add_link(archive: _Archive, root: Path, path: Path, member: str, function_name: str) -> None:
     target = os.readlink(path)
     relative = path.relative_to(root)
     if leads_outside(root, path):
@@ -105,7 +111,7 @@ def _add_link(archive, root, path, member, function_name):
     archive.add_link(member, target)
 
 
-def _member(relative_base, name):
+def _member(relative_base: Path, name: str) -> str:
     parts = ["function", *([] if str(relative_base) == "." else [relative_base.as_posix()]), name]
     return "/".join(parts)
 
@@ -113,28 +119,28 @@ def _member(relative_base, name):
 class _Archive:
     """A tar stream into an anonymous temporary file."""
 
-    def __init__(self):
-        self.file = tempfile.TemporaryFile(prefix="relay-build-")
+    def __init__(self) -> None:
+        self.file: IO[bytes] = tempfile.TemporaryFile(prefix="relay-build-")
         self.tar = tarfile.open(fileobj=self.file, mode="w", format=tarfile.PAX_FORMAT)
         self._bytes_since_yield = 0
         self._entries_since_yield = 0
 
-    def add_bytes(self, name, data):
+    def add_bytes(self, name: str, data: bytes) -> None:
         info = self._info(name, tarfile.REGTYPE, 0o644)
         info.size = len(data)
         self.tar.addfile(info, io.BytesIO(data))
 
-    def add_directory(self, name):
+    def add_directory(self, name: str) -> None:
         self.tar.addfile(self._info(name, tarfile.DIRTYPE, 0o755))
         self._maybe_yield(0)
 
-    def add_link(self, name, target):
+    def add_link(self, name: str, target: str) -> None:
         info = self._info(name, tarfile.SYMTYPE, 0o777)
         info.linkname = target
         self.tar.addfile(info)
         self._maybe_yield(0)
 
-    def add_file(self, name, path, status):
+    def add_file(self, name: str, path: Path, status: os.stat_result) -> None:
         executable = status.st_mode & (stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
         info = self._info(name, tarfile.REGTYPE, 0o755 if executable else 0o644)
         info.mtime = int(status.st_mtime)
@@ -150,26 +156,26 @@ class _Archive:
                 raise BuildError(f"{path} changed while it was being archived; the build will be retried") from None
         self._maybe_yield(size)
 
-    def finish(self):
+    def finish(self) -> IO[bytes]:
         self.tar.close()
         self.file.seek(0)
         return self.file
 
-    def discard(self):
+    def discard(self) -> None:
         try:
             self.tar.close()
         finally:
             self.file.close()
 
     @staticmethod
-    def _info(name, kind, mode):
+    def _info(name: str, kind: bytes, mode: int) -> tarfile.TarInfo:
         info = tarfile.TarInfo(name)
         info.type = kind
         info.mode = mode
         info.mtime = 0
         return info
 
-    def _maybe_yield(self, size):
+    def _maybe_yield(self, size: int) -> None:
         self._bytes_since_yield += size
         self._entries_since_yield += 1
         if self._bytes_since_yield >= _YIELD_EVERY_BYTES or self._entries_since_yield >= _YIELD_EVERY_ENTRIES:

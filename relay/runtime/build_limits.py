@@ -15,25 +15,31 @@ still running, and at which step, so a ten-minute install is not silent at
 INFO.
 """
 
+from __future__ import annotations
+
 import socket
 import threading
 import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from requests import Response
 
 
 class Cutoff:
     """Cuts *stream* (docker-py's build generator) at *deadline* (a time.monotonic() value)."""
 
-    def __init__(self, stream, deadline):
+    def __init__(self, stream: Iterator[Any], deadline: float) -> None:
         self.fired = False
         self._response = _response_of(stream)
         self._timer = threading.Timer(max(0.0, deadline - time.monotonic()), self._fire)
         self._timer.daemon = True
         self._timer.start()
 
-    def cancel(self):
+    def cancel(self) -> None:
         self._timer.cancel()
 
-    def _fire(self):
+    def _fire(self) -> None:
         self.fired = True
         if self._response is None:
             return
@@ -47,13 +53,13 @@ class Cutoff:
             pass  # already closed: the build ended at the same moment
 
 
-def _response_of(stream):
+def _response_of(stream: Iterator[Any]) -> Response | None:
     """The requests.Response a docker-py build generator reads from (an argument of its frame), or None."""
     frame = getattr(stream, "gi_frame", None)
     return frame.f_locals.get("response") if frame is not None else None
 
 
-def _socket_of(response):
+def _socket_of(response: Response) -> socket.socket | None:
     """The socket under *response* (unix or TCP; TLS wraps it), or None where docker-py uses another transport."""
     reader = getattr(getattr(getattr(response, "raw", None), "_fp", None), "fp", None)
     candidate = getattr(getattr(reader, "raw", None), "_sock", None)
@@ -66,23 +72,23 @@ class Progress:
     *step* is the last ``Step N/M`` line the build printed (``note``), or None.
     """
 
-    def __init__(self, interval, report):
+    def __init__(self, interval: float, report: Callable[[str | None, float], None]) -> None:
         self._interval = interval
         self._report = report
         self._began = time.monotonic()
-        self._step = None
+        self._step: str | None = None
         self._stopped = threading.Event()
         self._thread = threading.Thread(target=self._run, name="build-progress", daemon=True)
         self._thread.start()
 
-    def note(self, line):
+    def note(self, line: str) -> None:
         if line.startswith("Step "):
             self._step = line
 
-    def cancel(self):
+    def cancel(self) -> None:
         self._stopped.set()
 
-    def _run(self):
+    def _run(self) -> None:
         while not self._stopped.wait(self._interval):
             self._report(self._step, time.monotonic() - self._began)
 
@@ -92,12 +98,12 @@ class Tail:
 
     _CUT = b"..."
 
-    def __init__(self, limit):
+    def __init__(self, limit: int) -> None:
         self.limit = limit
         self._data = bytearray()
         self._cut = False
 
-    def add(self, line):
+    def add(self, line: str) -> None:
         if self._data:
             self._data += b"\n"
         self._data += line.encode("utf-8", "replace")
@@ -106,9 +112,9 @@ class Tail:
             del self._data[:-room]
             self._cut = True
 
-    def text(self):
+    def text(self) -> str:
         text = bytes(self._data).decode("utf-8", "ignore")
         return self._CUT.decode() + text if self._cut else text
 
-    def __bool__(self):
+    def __bool__(self) -> bool:
         return bool(self._data)

@@ -14,12 +14,20 @@ Seven labels attribute a container to a function, handler, message, event,
 worker and image; they are for diagnosis and the orphan sweep only.
 """
 
+from __future__ import annotations
+
 import logging
 import secrets
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
+from docker import APIClient
 from docker.errors import APIError, DockerException, NotFound
 from docker.types import LogConfig
 from requests.exceptions import RequestException
+
+if TYPE_CHECKING:
+    from relay.runtime.invocation import Invocation
 
 log = logging.getLogger("relay.runtime.containers")
 
@@ -39,7 +47,7 @@ HOSTNAME_LABEL = "relay.hostname"
 IMAGE_LABEL = "relay.image"
 
 
-def host_config(api, network=None):
+def host_config(api: APIClient, network: str | None = None) -> dict[str, Any]:
     """The HostConfig of every execution container; *network* is the template's (None: the engine's default)."""
     return api.create_host_config(
         **({"network_mode": network} if network else {}),
@@ -56,7 +64,21 @@ def host_config(api, network=None):
     )
 
 
-def labels(invocation, hostname):
+class HostConfigs:
+    """One HostConfig per network, made at its first use and shared by the cold and the warm executor."""
+
+    def __init__(self, api: APIClient) -> None:
+        self._api = api
+        self._made: dict[str | None, dict[str, Any]] = {}
+
+    def get(self, network: str | None) -> dict[str, Any]:
+        made = self._made.get(network)
+        if made is None:
+            made = self._made[network] = host_config(self._api, network)
+        return made
+
+
+def labels(invocation: Invocation, hostname: str) -> dict[str, str]:
     values = {
         FUNCTION_LABEL: invocation.function,
         HANDLER_LABEL: invocation.handler,
@@ -69,18 +91,18 @@ def labels(invocation, hostname):
     return {key: ("" if value is None else str(value))[:LABEL_VALUE_LIMIT] for key, value in values.items()}
 
 
-def container_name(function):
+def container_name(function: str) -> str:
     """relay-<function>-<random>: readable in ``docker ps``, unique without coordination."""
     return f"relay-{function}-{secrets.token_hex(6)}"
 
 
-def short(reference):
+def short(reference: str) -> str:
     """A container's reference as ``docker ps`` shows it: an id's first 12 digits, a name whole."""
     is_id = len(reference) == 64 and all(digit in "0123456789abcdef" for digit in reference)
     return reference[:12] if is_id else reference
 
 
-def remove_container(api, container_id, context=None):
+def remove_container(api: APIClient, container_id: str, context: Mapping[str, object] | None = None) -> bool:
     """Force-remove a container; return whether it is gone.
 
     Idempotent: a container that is already removed, or that the engine is

@@ -18,7 +18,13 @@ of UTF-8) leaves its variable unset; only values taken from the
 entry (its event_id, a schedule field) can be such.
 """
 
+from __future__ import annotations
+
 import time
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from relay.runtime.invocation import Invocation
 
 FUNCTION = "RELAY_FUNCTION"
 HANDLER = "RELAY_HANDLER"
@@ -31,7 +37,7 @@ NAMES = (FUNCTION, HANDLER, MESSAGE_ID, EVENT_ID, ATTEMPT, DEADLINE, IDEMPOTENCY
 MAX_VALUE_BYTES = 4096
 
 
-def environment(invocation, deadline):
+def environment(invocation: Invocation, deadline: float) -> dict[str, str]:
     """A cold container's environment: the function's variables and the whole context.
 
     *deadline* is when the invocation's timeout ends, in unix seconds.
@@ -40,21 +46,22 @@ def environment(invocation, deadline):
             **request_variables(invocation, deadline)}
 
 
-def request_variables(invocation, deadline):
+def request_variables(invocation: Invocation, deadline: float) -> dict[str, str]:
     """The context a warm request carries: every variable but RELAY_FUNCTION and RELAY_HANDLER."""
-    values = {MESSAGE_ID: invocation.message_id, EVENT_ID: invocation.event_id, ATTEMPT: str(invocation.attempt),
-              DEADLINE: rfc3339(deadline), IDEMPOTENCY_KEY: invocation.idempotency_key}
+    values: dict[str, str | None] = {
+        MESSAGE_ID: invocation.message_id, EVENT_ID: invocation.event_id, ATTEMPT: str(invocation.attempt),
+        DEADLINE: rfc3339(deadline), IDEMPOTENCY_KEY: invocation.idempotency_key}
     return {name: value for name, value in values.items() if value is not None and _passable(value)}
 
 
-def rfc3339(unix_seconds):
+def rfc3339(unix_seconds: float) -> str:
     """*unix_seconds* as ``2026-12-06T10:00:06.250Z``, cut (not rounded) to the millisecond."""
     milliseconds = int(unix_seconds * 1000)
     whole = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(milliseconds // 1000))
     return f"{whole}.{milliseconds % 1000:03d}Z"
 
 
-def _passable(value):
+def _passable(value: str) -> bool:
     if "\0" in value:
         return False
     try:

@@ -14,12 +14,17 @@ images, build cache layers and every other image are never touched, and
 nothing is forced: an image a container still uses stays.
 """
 
+from __future__ import annotations
+
 import logging
 import re
+from collections.abc import Callable, Collection, Iterable, Mapping
 
+from docker import DockerClient
 from docker.errors import APIError, NotFound
 from requests.exceptions import RequestException
 
+from relay.runtime.pins import ImagePins
 from relay.runtime.recipes import FUNCTION_LABEL, FUNCTION_REPOSITORY_PREFIX, KIND_LABEL
 
 log = logging.getLogger("relay.runtime.gc")
@@ -27,7 +32,8 @@ log = logging.getLogger("relay.runtime.gc")
 _FUNCTION_TAG = re.compile(re.escape(FUNCTION_REPOSITORY_PREFIX) + r"([a-z0-9][a-z0-9._-]*):([0-9a-f]{16})", re.ASCII)
 
 
-def collect_garbage(docker_client, active, pins, functions=None):
+def collect_garbage(docker_client: DockerClient, active: Mapping[str, str], pins: ImagePins,
+                    functions: Iterable[str] | None = None) -> list[str]:
     """Remove the function image tags nobody needs; return the tags removed now.
 
     *active* maps function name -> active image tag. It is read again when a
@@ -45,7 +51,7 @@ def collect_garbage(docker_client, active, pins, functions=None):
         return []
     keep = set(active.values())
     later = _remover(docker_client, active)
-    removed = []
+    removed: list[str] = []
     for image in images:
         for tag in image.get("RepoTags") or ():
             name = function_of(tag)
@@ -60,7 +66,7 @@ def collect_garbage(docker_client, active, pins, functions=None):
     return removed
 
 
-def retire_image(docker_client, tag, pins, active):
+def retire_image(docker_client: DockerClient, tag: str, pins: ImagePins, active: Mapping[str, str]) -> bool:
     """Remove the old version *tag* now, or after its last pin, unless
     *active* (the live mapping) holds it again by then. Returns whether it
     was handled now."""
@@ -69,27 +75,27 @@ def retire_image(docker_client, tag, pins, active):
     return pins.when_unpinned(tag, _remover(docker_client, active))
 
 
-def is_function_tag(tag):
+def is_function_tag(tag: str) -> bool:
     return function_of(tag) is not None
 
 
-def function_of(tag):
+def function_of(tag: str) -> str | None:
     """The function name in a relay-fn-<name>:<16 hex> tag, or None for any other tag."""
     found = _FUNCTION_TAG.fullmatch(tag)
     return found.group(1) if found else None
 
 
-def _remover(docker_client, active):
+def _remover(docker_client: DockerClient, active: Mapping[str, str]) -> Callable[[str], None]:
     """A when_unpinned callback: remove the tag unless it became active again meanwhile."""
 
-    def remove(tag):
+    def remove(tag: str) -> None:
         if tag not in set(active.values()):
             _remove(docker_client, tag)
 
     return remove
 
 
-def _remove_untagged(docker_client, functions):
+def _remove_untagged(docker_client: DockerClient, functions: Collection[str]) -> None:
     """Remove function images that lost their tag: two processes that built the
     same version at once (replicas starting together) leave all but the last
     build untagged. Images still used by a container stay.
@@ -109,14 +115,14 @@ def _remove_untagged(docker_client, functions):
             _remove(docker_client, image["Id"])
 
 
-def _still_untagged(docker_client, image_id):
+def _still_untagged(docker_client: DockerClient, image_id: str) -> bool:
     try:
         return not docker_client.api.inspect_image(image_id).get("RepoTags")
     except (APIError, RequestException):
         return False
 
 
-def _remove(docker_client, tag):
+def _remove(docker_client: DockerClient, tag: str) -> bool:
     try:
         docker_client.api.remove_image(tag, force=False, noprune=False)
     except NotFound:

@@ -19,32 +19,43 @@ Build output goes to DEBUG logs line by line, and every PROGRESS_INTERVAL
 while a build runs one INFO line says which step it is on and for how
 long it has run. A failed build raises
 BuildError quoting at most the last TAIL_BYTES of the output, logs it at
-ERROR, and calls the ``on_build_failure(function_name)`` hook (the
-build_failures_total metric).
+ERROR, and tells the observer (``build_failed``: the build_failures_total
+metric); a build that ran tells it how long it took (``image_built``).
 Nothing is swapped here: whichever version the caller runs stays active
 until it switches to the returned tag.
 """
+
+from __future__ import annotations
 
 import logging
 import re
 import threading
 import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import IO, Any, TypeVar
 
+from docker import DockerClient
 from docker.errors import DockerException, NotFound
 from requests.exceptions import RequestException
 from urllib3.exceptions import HTTPError as TransportError
 
 from relay.durations import format_duration
 from relay.errors import BuildError, reason
+from relay.functions import Function
 from relay.functions.fingerprint import fingerprint_directory
 from relay.runtime.build_context import dependency_context, function_context
 from relay.runtime.build_limits import Cutoff, Progress, Tail
-from relay.runtime.image_gc import collect_garbage, retire_image  # noqa: F401  (the runtime's image API)
-from relay.runtime.pins import ImagePins  # noqa: F401
-from relay.runtime.recipes import FINGERPRINT_LABEL, RECIPE_LABEL, dependency_recipe, function_recipe
+from relay.runtime.events import NoObserver, RuntimeObserver
+from relay.runtime.recipes import (
+    FINGERPRINT_LABEL,
+    RECIPE_LABEL,
+    DependencyRecipe,
+    FunctionRecipe,
+    dependency_recipe,
+    function_recipe,
+)
 from relay.runtime.registry import runtime_for
-from relay.runtime.sweep import sweep_orphans  # noqa: F401
 
 log = logging.getLogger("relay.runtime.images")
 
@@ -55,26 +66,34 @@ TAIL_BYTES = 2048  # of build output quoted in a failed build's error
 REASON_CHARACTERS = 500  # of the engine's own error message quoted
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 
+Result = TypeVar("Result")
+Offload = Callable[..., Any]
+"""``offload(function, *args)``: runs a blocking call away from the gevent hub and returns its result."""
+
+
+def in_place(function: Callable[..., Result], *args: Any) -> Result:
+    """An Offload that runs the call where it is (outside ``relay start``)."""
+    return function(*args)
+
 
 class ImageBuilder:
-    def __init__(self, docker_client, *, on_build_failure=None, on_build_seconds=None,
-                 deadline=BUILD_DEADLINE, offload=None, progress_interval=PROGRESS_INTERVAL):
-        """*on_build_failure(function_name)* counts failed builds;
-        *on_build_seconds(function_name, seconds)* times the builds that ran;
-        *deadline* is each build's wall time in seconds (shorter only in tests);
-        *offload(function, *args)* runs the blocking file work (tarring a context,
-        hashing the directory) off the hub; a build still running logs its progress
-        at INFO every *progress_interval* seconds."""
+    def __init__(self, docker_client: DockerClient, *, observer: RuntimeObserver | None = None,
+                 deadline: float = BUILD_DEADLINE, offload: Offload = in_place,
+                 progress_interval: float = PROGRESS_INTERVAL) -> None:
+        """*observer* hears every failed build (``build_failed``) and how long each build
+        that ran took (``image_built``); *deadline* is each build's wall time in seconds
+        (shorter only in tests); *offload(function, *args)* runs the blocking file work
+        (tarring a context, hashing the directory) off the hub; a build still running
+        logs its progress at INFO every *progress_interval* seconds."""
         self._progress_interval = progress_interval
         self._api = docker_client.api
-        self._on_build_failure = on_build_failure
-        self._on_build_seconds = on_build_seconds
+        self._observer = observer if observer is not None else NoObserver()
         self._deadline = deadline
-        self._architecture = None
+        self._architecture: str | None = None
         self._locks = _KeyedLocks()
-        self._offload = offload or (lambda function, *args: function(*args))
+        self._offload = offload
 
-    def prepare(self, function):
+    def prepare(self, function: Function) -> str:
         """Make sure *function*'s image exists; return its tag, or raise BuildError."""
         started = time.monotonic()
         try:
@@ -94,24 +113,22 @@ class ImageBuilder:
         except BuildError as error:
             log.error("Image build failed", extra={"function": function.name, "image": function.image,
                                                    "error": str(error)})
-            if self._on_build_failure is not None:
-                self._on_build_failure(function.name)
+            self._observer.build_failed(function.name)
             raise
-        seconds = time.monotonic() - started
-        if self._on_build_seconds is not None:
-            self._on_build_seconds(function.name, seconds)
+        self._observer.image_built(function.name, time.monotonic() - started)
         return recipe.tag
 
-    def architecture(self):
+    def architecture(self) -> str:
         """The engine's architecture (e.g. amd64), part of every dependency fingerprint."""
         if self._architecture is None:
             try:
-                self._architecture = self._api.version()["Arch"]
+                architecture: str = self._api.version()["Arch"]
             except (DockerException, RequestException, KeyError) as error:
                 raise BuildError(f"cannot ask the Docker engine for its architecture: {error}") from None
+            self._architecture = architecture
         return self._architecture
 
-    def _ensure_dependencies(self, function, recipe):
+    def _ensure_dependencies(self, function: Function, recipe: DependencyRecipe) -> None:
         with self._locks.hold(recipe.tag):
             if self._inspect(recipe.tag) is not None:
                 log.debug("Reusing dependency image", extra={"function": function.name, "image": recipe.tag})
@@ -120,7 +137,7 @@ class ImageBuilder:
                 "function": function.name, "image": recipe.tag, "installer": " ".join(recipe.installer.command)})
             self._build(function, recipe.tag, self._offload(dependency_context, recipe))
 
-    def _build_function(self, function, recipe):
+    def _build_function(self, function: Function, recipe: FunctionRecipe) -> None:
         log.info("Building function image", extra={"function": function.name, "image": recipe.tag})
         context = self._offload(function_context, recipe)
         if self._offload(fingerprint_directory, function.directory) != function.fingerprint:
@@ -129,7 +146,7 @@ class ImageBuilder:
                              f"the new version will be built on the next reconcile")
         self._build(function, recipe.tag, context)
 
-    def _build(self, function, tag, context):
+    def _build(self, function: Function, tag: str, context: IO[bytes]) -> None:
         started = time.monotonic()
         tail = Tail(TAIL_BYTES)
         cutoff = None
@@ -159,11 +176,11 @@ class ImageBuilder:
         log.info("Built image", extra={"function": function.name, "image": tag,
                                        "duration": round(time.monotonic() - started, 3)})
 
-    def _past_deadline(self):
+    def _past_deadline(self) -> str:
         return f"it ran past its deadline of {format_duration(int(self._deadline * 1e9))} and was stopped"
 
     @staticmethod
-    def _record(function, tag, chunk, tail, progress):
+    def _record(function: Function, tag: str, chunk: dict[str, Any], tail: Tail, progress: Progress) -> None:
         text = chunk.get("stream")
         if text is None and "status" in chunk and "progressDetail" not in chunk:
             text = " ".join(str(chunk[key]) for key in ("id", "status") if chunk.get(key))
@@ -174,15 +191,16 @@ class ImageBuilder:
                 progress.note(line)
                 log.debug(line, extra={"function": function.name, "image": tag})
 
-    def _inspect(self, tag):
+    def _inspect(self, tag: str) -> dict[str, Any] | None:
         try:
-            return self._api.inspect_image(tag)
+            image: dict[str, Any] = self._api.inspect_image(tag)
         except NotFound:
             return None
         except (DockerException, RequestException) as error:
             raise BuildError(f"cannot inspect image {tag}: {reason(error, strerror=False)}") from None
+        return image
 
-    def _remove_replaced(self, function, existing):
+    def _remove_replaced(self, function: Function, existing: dict[str, Any]) -> None:
         """Drop the image a rebuild with a new recipe left untagged; in use, it stays."""
         try:
             if not self._api.inspect_image(existing["Id"]).get("RepoTags"):
@@ -192,14 +210,14 @@ class ImageBuilder:
                                                     "reason": reason(error, strerror=False)})
 
 
-def _made_by(image, recipe):
+def _made_by(image: dict[str, Any], recipe: FunctionRecipe) -> bool:
     """Whether *image* is *recipe*'s function image: the whole fingerprint and the recipe match."""
     labels = (image.get("Config") or {}).get("Labels") or {}
     return (labels.get(FINGERPRINT_LABEL) == recipe.function.fingerprint
             and labels.get(RECIPE_LABEL) == recipe.digest)
 
 
-def _failure(tag, function, reason, tail):
+def _failure(tag: str, function: Function, reason: str, tail: Tail) -> str:
     reason = " ".join(reason.split())
     if len(reason) > REASON_CHARACTERS:
         reason = reason[:REASON_CHARACTERS] + "..."
@@ -212,12 +230,12 @@ class _KeyedLocks:
     """One lock per key, alive while someone holds or waits for it: the same
     image is never built twice at once, different images build in parallel."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self._guard = threading.Lock()
-        self._locks = {}
+        self._locks: dict[str, list[Any]] = {}   # key → [its lock, how many hold or wait for it]
 
     @contextmanager
-    def hold(self, key):
+    def hold(self, key: str) -> Iterator[None]:
         with self._guard:
             entry = self._locks.setdefault(key, [threading.Lock(), 0])
             entry[1] += 1

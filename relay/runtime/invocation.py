@@ -3,8 +3,13 @@
 An Invocation is one handler run on one event; an Outcome says how it
 went, cold or warm, without ever raising for a failing handler or an engine
 error. Neither ever prints the environment: it holds resolved secrets.
+Each executor logs the outcomes that are not plain successes
+(``log_outcome``), with the same attributes cold or warm.
 """
 
+from __future__ import annotations
+
+import logging
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -15,6 +20,8 @@ from requests.exceptions import Timeout as RequestsTimeout
 
 from relay.errors import reason
 from relay.functions.template import Warm
+
+log = logging.getLogger("relay.runtime.executor")
 
 _PRINTABLE_RUN = re.compile(r"[^\x00-\x1f\x7f]{4,}")
 
@@ -36,7 +43,7 @@ class Invocation:
     attempt: int = 1             # 1-based: RELAY_ATTEMPT
     idempotency_key: str | None = None  # RELAY_IDEMPOTENCY_KEY (relay.stream.keys.idempotency_key)
 
-    def __repr__(self):  # env holds secret values: never print them
+    def __repr__(self) -> str:  # env holds secret values: never print them
         return (f"Invocation(function={self.function!r}, handler={self.handler!r}, image={self.image!r}, "
                 f"message_id={self.message_id!r}, event_id={self.event_id!r})")
 
@@ -51,23 +58,23 @@ class Outcome:
     engine_unavailable: bool = False  # no container to run on (engine unreachable, warm start failed): not charged
 
     @classmethod
-    def not_started(cls, error: str) -> "Outcome":
+    def not_started(cls, error: str) -> Outcome:
         """An invocation that failed before it reached Docker (e.g. a missing secret)."""
         return cls(ok=False, exit_code=None, duration=0.0, error=error)
 
 
-def is_unreachable(error):
+def is_unreachable(error: BaseException) -> bool:
     """No connection to the engine, or no answer from it in time (it is stopping,
     restarting or hung), as opposed to an answer that refused the request."""
     return isinstance(error, (RequestsConnectionError, RequestsTimeout, ConnectionError, FileNotFoundError))
 
 
-def engine_error_text(error, env):
+def engine_error_text(error: BaseException, env: Mapping[str, str]) -> str:
     """A caught engine error's message, short and without *env*'s values."""
     return redact(reason(error, strerror=False, limit=300), env)
 
 
-def redact(text, env):
+def redact(text: str, env: Mapping[str, str]) -> str:
     """*text* from the engine without the values of *env*.
 
     The engine's errors may quote the container's environment (runc names
@@ -80,3 +87,24 @@ def redact(text, env):
         for piece in _PRINTABLE_RUN.findall(value):
             text = text.replace(piece, "<redacted>")
     return text
+
+
+def log_outcome(invocation: Invocation, outcome: Outcome) -> None:
+    """The container's side of an outcome: a timeout or an invocation that could not run at WARNING,
+    any other exit at DEBUG (the dispatcher logs the outcome of each invocation)."""
+    if outcome.ok and not log.isEnabledFor(logging.DEBUG):
+        return
+    attributes = {**log_attributes(invocation), "duration": round(outcome.duration, 3),
+                  "exit_code": outcome.exit_code}
+    if outcome.timed_out:
+        log.warning("Handler timed out; its container was killed", extra=attributes)
+    elif outcome.exit_code is None:
+        log.warning("Handler could not run", extra={**attributes, "error": outcome.error})
+    else:
+        log.debug("Handler container exited", extra=attributes)
+
+
+def log_attributes(invocation: Invocation) -> dict[str, str | None]:
+    """What names an invocation in a log line (never its env or payload)."""
+    return {"function": invocation.function, "handler": invocation.handler, "message_id": invocation.message_id,
+            "event_id": invocation.event_id, "event_name": invocation.event_name}

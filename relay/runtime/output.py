@@ -18,7 +18,11 @@ can neither forge a line of its own nor make the write fail and drop the
 handler's output.
 """
 
+from __future__ import annotations
+
 import struct
+from collections.abc import Callable
+from typing import TextIO
 
 from relay.logs import escape
 
@@ -27,8 +31,12 @@ TRUNCATED = " [relay: line cut at 64 KiB]"
 STDOUT, STDERR = 1, 2
 _HEADER = struct.Struct(">BxxxL")
 
+PrefixParts = tuple[str, *tuple[str | None, ...]]
+"""``prefix``'s arguments: the function, then the handler, message id and event id when known."""
 
-def prefix(function, handler=None, message_id=None, event_id=None):
+
+def prefix(function: str, handler: str | None = None, message_id: str | None = None,
+           event_id: str | None = None) -> str:
     """Without a handler: the prefix of what a warm container writes before its first invocation."""
     parts = [f'relay: function "{escape(function)}"']
     if handler:
@@ -47,10 +55,10 @@ class Frames:
     keeps an incomplete frame for the next call.
     """
 
-    def __init__(self):
+    def __init__(self) -> None:
         self._buffer = bytearray()
 
-    def feed(self, data):
+    def feed(self, data: bytes) -> list[tuple[int, bytes]]:
         if self._buffer:
             self._buffer += data
             data = bytes(self._buffer)
@@ -69,20 +77,20 @@ class Frames:
         return frames
 
     @property
-    def pending(self):
+    def pending(self) -> int:
         return len(self._buffer)
 
 
 class Lines:
     """One stream's bytes → whole lines handed to ``emit(text)``, without the newline."""
 
-    def __init__(self, emit, limit=MAX_LINE_BYTES):
+    def __init__(self, emit: Callable[[str], None], limit: int = MAX_LINE_BYTES) -> None:
         self._emit = emit
         self._limit = limit
         self._partial = bytearray()
         self._dropping = False  # inside a line that was already cut
 
-    def feed(self, data):
+    def feed(self, data: bytes) -> None:
         start = 0
         while True:
             newline = data.find(b"\n", start)
@@ -99,13 +107,13 @@ class Lines:
                 self._flush()
             start = newline + 1
 
-    def close(self):
+    def close(self) -> None:
         """The stream ended: a last line without a newline is still a line."""
         if self._partial:
             self._flush()
         self._dropping = False
 
-    def _cut(self):
+    def _cut(self) -> None:
         end = self._limit
         # Do not split a UTF-8 sequence: back up over continuation bytes.
         while end > self._limit - 3 and (self._partial[end] & 0xC0) == 0x80:
@@ -114,7 +122,7 @@ class Lines:
         self._partial.clear()
         self._dropping = True
 
-    def _flush(self):
+    def _flush(self) -> None:
         self._emit(self._partial.decode("utf-8", "replace"))
         self._partial.clear()
 
@@ -125,25 +133,26 @@ class PrefixedOutput:
     Relay's own output trouble (a closed stdout) never decides a handler's result: lines are dropped.
     """
 
-    def __init__(self, output, line_prefix=""):
+    def __init__(self, output: TextIO, line_prefix: str = "") -> None:
         self._output = output
-        self._prefix = line_prefix
-        self._parts = ()
-        self.failed = None
+        self._prefix: str | None = line_prefix
+        self._parts: PrefixParts = ("",)
+        self.failed: Exception | None = None
 
-    def prefix_with(self, *parts):
+    def prefix_with(self, *parts: *PrefixParts) -> None:
         """Prefix the lines from now on with ``prefix(*parts)``, made at the first one:
         most invocations of a warm container write none."""
         self._parts = parts
         self._prefix = None
 
-    def write(self, text):
+    def write(self, text: str) -> None:
         if self.failed is not None:
             return
-        if self._prefix is None:
-            self._prefix = prefix(*self._parts)
+        line_prefix = self._prefix
+        if line_prefix is None:
+            line_prefix = self._prefix = prefix(*self._parts)
         try:
-            self._output.write(self._prefix + text + "\n")
+            self._output.write(line_prefix + text + "\n")
             self._output.flush()
         except (OSError, ValueError) as error:  # ValueError: the file is closed
             self.failed = error
@@ -157,22 +166,22 @@ class OutputForwarder:
     result.
     """
 
-    def __init__(self, output, line_prefix):
+    def __init__(self, output: TextIO, line_prefix: str) -> None:
         self._sink = PrefixedOutput(output, line_prefix)
         self._frames = Frames()
         self._streams = {STDOUT: Lines(self._sink.write), STDERR: Lines(self._sink.write)}
 
     @property
-    def failed(self):
+    def failed(self) -> Exception | None:
         """The first error writing to output, or None."""
         return self._sink.failed
 
-    def feed(self, data):
+    def feed(self, data: bytes) -> None:
         for stream, payload in self._frames.feed(data):
             lines = self._streams.get(stream)
             if lines is not None:  # 0 would be stdin echoed back; never with a TTY off
                 lines.feed(payload)
 
-    def close(self):
+    def close(self) -> None:
         for lines in self._streams.values():
             lines.close()

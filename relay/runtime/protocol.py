@@ -15,28 +15,36 @@ Deadlines are enforced on the sockets themselves (a timeout set before each
 read), which works the same with and without gevent.
 """
 
+from __future__ import annotations
+
 import socket
 import time
+from collections.abc import Callable
+from typing import Any
+
+from docker import APIClient
+from requests import Response
 
 from relay.errors import DeadlineExceeded, ExecutionError
 
 
-def attach(api, container_id):
+def attach(api: APIClient, container_id: str) -> tuple[Any, socket.socket]:
     """The hijacked attach connection (stdin, stdout, stderr), opened before start
     so no output is lost. Returns (handle to close, socket to read and write)."""
     handle = api.attach_socket(container_id, params={"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1})
     return handle, getattr(handle, "_sock", handle)
 
 
-def register_wait(api, container_id, deadline):
+def register_wait(api: APIClient, container_id: str, deadline: float) -> Response:
     """Send the wait request and return its response once the engine registered it."""
     response = api._post(api._url("/containers/{0}/wait", container_id), params={"condition": "removed"},
                          stream=True, timeout=(10.0, remaining(deadline)))
     api._raise_for_status(response)
-    return response
+    registered: Response = response
+    return registered
 
 
-def exit_status(api, response, deadline):
+def exit_status(api: APIClient, response: Response, deadline: float) -> int:
     """The exit code the registered wait reports; DeadlineExceeded if it does not come in time."""
     sock = api._get_raw_response_socket(response)
     getattr(sock, "_sock", sock).settimeout(remaining(deadline))
@@ -53,7 +61,7 @@ def exit_status(api, response, deadline):
     return int(status)
 
 
-def send_stdin(sock, payload, deadline):
+def send_stdin(sock: socket.socket, payload: bytes, deadline: float) -> None:
     """Write the event and close our side, so the handler reads end-of-file.
 
     A process that exits without reading all of stdin is not an engine
@@ -70,7 +78,8 @@ def send_stdin(sock, payload, deadline):
         pass
 
 
-def read_until_closed(sock, feed, deadline, size=65536):
+def read_until_closed(sock: socket.socket, feed: Callable[[bytes], None], deadline: float,
+                      size: int = 65536) -> None:
     """Pass everything the attach stream delivers to *feed* until the engine
     closes it (the container's process exited)."""
     while True:
@@ -84,7 +93,7 @@ def read_until_closed(sock, feed, deadline, size=65536):
         feed(data)
 
 
-def close_quietly(*closables):
+def close_quietly(*closables: Any) -> None:
     for closable in closables:
         if closable is None:
             continue
@@ -94,7 +103,7 @@ def close_quietly(*closables):
             pass
 
 
-def remaining(deadline):
+def remaining(deadline: float) -> float:
     remaining = deadline - time.monotonic()
     if remaining <= 0:
         raise DeadlineExceeded()

@@ -9,14 +9,18 @@ share one, and a source-only change reuses it. Manifests are read only at
 their real path inside the function: never through a link that leads out.
 """
 
+from __future__ import annotations
+
 import hashlib
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from relay.errors import BuildError, LinkOutside
 from relay.links import read_inside
-from relay.runtime.registry import BOOTSTRAP_DIRECTORY, FUNCTION_DIRECTORY
+from relay.runtime.registry import BOOTSTRAP_DIRECTORY, FUNCTION_DIRECTORY, Installer, Runtime
 
 DEPENDENCY_REPOSITORY_PREFIX = "relay-dep-"
 FUNCTION_REPOSITORY_PREFIX = "relay-fn-"
@@ -32,21 +36,24 @@ FINGERPRINT_LABEL = "relay.build.fingerprint"
 FUNCTION_LABEL = "relay.build.function"
 RECIPE_LABEL = "relay.build.recipe"
 
+if TYPE_CHECKING:
+    from relay.functions import Function
+
 _SCHEMA = b"relay-dependencies/1"
 
 
 @dataclass(frozen=True)
 class DependencyRecipe:
-    runtime: object          # registry.Runtime
-    installer: object        # registry.Installer
-    manifests: tuple         # ((file name, bytes), ...) in the installer's order
-    fingerprint: str         # 64 hex
+    runtime: Runtime
+    installer: Installer
+    manifests: tuple[tuple[str, bytes], ...]   # (file name, bytes) in the installer's order
+    fingerprint: str                           # 64 hex
 
     @property
-    def tag(self):
+    def tag(self) -> str:
         return f"{DEPENDENCY_REPOSITORY_PREFIX}{self.fingerprint}"
 
-    def dockerfile(self):
+    def dockerfile(self) -> str:
         names = " ".join(name for name, _ in self.manifests)
         return (f"FROM {self.runtime.base_image}\n"
                 f"WORKDIR {FUNCTION_DIRECTORY}\n"
@@ -54,27 +61,27 @@ class DependencyRecipe:
                 f"RUN {json.dumps(list(self.installer.command))}\n"
                 f"{_label_instruction(self.labels())}")
 
-    def labels(self):
+    def labels(self) -> dict[str, str]:
         return {KIND_LABEL: "dependencies", RUNTIME_LABEL: self.runtime.name, FINGERPRINT_LABEL: self.fingerprint}
 
 
 @dataclass(frozen=True)
 class FunctionRecipe:
-    function: object         # relay.functions.Function
-    runtime: object          # registry.Runtime
+    function: Function
+    runtime: Runtime
     base: str                # the dependency image's tag, or the runtime's base image
     bootstrap: bytes
-    injected: tuple          # ((file name, bytes), ...) the function lacks and the runtime supplies
+    injected: tuple[tuple[str, bytes], ...]   # (file name, bytes) the function lacks and the runtime supplies
 
     @property
-    def tag(self):
+    def tag(self) -> str:
         return self.function.image
 
-    def dockerfile(self):
+    def dockerfile(self) -> str:
         return self._instructions() + _label_instruction(self.labels())
 
     @property
-    def digest(self):
+    def digest(self) -> str:
         """Everything but the source that shapes the image: a new Relay with a
         changed bootstrap or Dockerfile rebuilds an image whose tag exists."""
         digest = hashlib.sha256()
@@ -83,7 +90,7 @@ class FunctionRecipe:
             _field(digest, part)
         return digest.hexdigest()
 
-    def _instructions(self):
+    def _instructions(self) -> str:
         runtime = self.runtime
         return (f"FROM {self.base}\n"
                 f"WORKDIR {FUNCTION_DIRECTORY}\n"
@@ -93,17 +100,17 @@ class FunctionRecipe:
                 f"USER {USER}\n"
                 f"ENTRYPOINT {json.dumps(list(runtime.command))}\n")
 
-    def labels(self):
+    def labels(self) -> dict[str, str]:
         return {KIND_LABEL: "function", RUNTIME_LABEL: self.runtime.name, FUNCTION_LABEL: self.function.name,
                 FINGERPRINT_LABEL: self.function.fingerprint, RECIPE_LABEL: self.digest}
 
 
-def dependency_recipe(directory, runtime, architecture):
+def dependency_recipe(directory: Path, runtime: Runtime, architecture: str) -> DependencyRecipe | None:
     """The dependency image *directory* needs, or None when it has no manifest."""
     installer = runtime.installer_for(directory)
     if installer is None:
         return None
-    manifests = []
+    manifests: list[tuple[str, bytes]] = []
     for name in installer.manifests:
         path = Path(directory) / name
         try:
@@ -125,7 +132,7 @@ def dependency_recipe(directory, runtime, architecture):
                             fingerprint=digest.hexdigest())
 
 
-def function_recipe(function, runtime, dependencies):
+def function_recipe(function: Function, runtime: Runtime, dependencies: DependencyRecipe | None) -> FunctionRecipe:
     """The function image for *function*, built FROM *dependencies* (a
     DependencyRecipe) or, without one, from the runtime's base image."""
     injected = tuple((name, data) for name, data in runtime.default_files.items()
@@ -136,12 +143,12 @@ def function_recipe(function, runtime, dependencies):
                           bootstrap=runtime.bootstrap_source(), injected=injected)
 
 
-def _label_instruction(labels):
+def _label_instruction(labels: Mapping[str, str]) -> str:
     """One LABEL instruction (one build step, not one per label)."""
     return "LABEL " + " ".join(f"{key}={json.dumps(value)}" for key, value in sorted(labels.items())) + "\n"
 
 
-def _field(digest, data):
+def _field(digest: hashlib._Hash, data: bytes) -> None:
     """Length-prefixed, so no two different field lists hash the same bytes."""
     digest.update(b"%d\0" % len(data))
     digest.update(data)

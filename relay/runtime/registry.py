@@ -6,6 +6,9 @@ installed, a bootstrap and the command line that runs it. Adding a runtime
 engines read nothing else.
 """
 
+from __future__ import annotations
+
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -27,10 +30,10 @@ class Installer:
     """
 
     trigger: str
-    command: tuple
-    manifests: tuple = ()
+    command: tuple[str, ...]
+    manifests: tuple[str, ...] = ()
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if not self.manifests:
             object.__setattr__(self, "manifests", (self.trigger,))
 
@@ -39,35 +42,35 @@ class Installer:
 class Runtime:
     name: str
     base_image: str
-    installers: tuple          # tried in order; the first whose trigger exists wins
-    bootstrap: str             # a file in relay/runtime/bootstraps/
-    interpreter: tuple         # the command line before the bootstrap's path
-    module_files: tuple = ()   # where the bootstrap looks for module a.b: "a/b" + each of these, in order
-    default_files: MappingProxyType = field(default_factory=lambda: MappingProxyType({}))
+    installers: tuple[Installer, ...]   # tried in order; the first whose trigger exists wins
+    bootstrap: str                      # a file in relay/runtime/bootstraps/
+    interpreter: tuple[str, ...]        # the command line before the bootstrap's path
+    module_files: tuple[str, ...] = ()  # where the bootstrap looks for module a.b: "a/b" + each of these, in order
+    default_files: Mapping[str, bytes] = field(default_factory=lambda: MappingProxyType({}))
 
     @property
-    def bootstrap_path(self):
+    def bootstrap_path(self) -> str:
         """The bootstrap's path inside the image."""
         return f"{BOOTSTRAP_DIRECTORY}/{self.bootstrap}"
 
     @property
-    def command(self):
+    def command(self) -> tuple[str, ...]:
         """The container's command line."""
         return (*self.interpreter, self.bootstrap_path)
 
     @property
-    def warm_command(self):
+    def warm_command(self) -> tuple[str, ...]:
         """The command line of a warm container: the bootstrap, resident, reading requests on fd 3
         (the attached stdin, moved there by the shell) with /dev/null as the handlers' stdin."""
         line = " ".join((*self.interpreter, self.bootstrap_path, "--warm"))
         return ("/bin/sh", "-c", f"exec {line} 3<&0 </dev/null")
 
-    def module_paths(self, module):
+    def module_paths(self, module: str) -> tuple[str, ...]:
         """The files, relative to the function's directory, that the bootstrap loads module *module* from."""
         base = module.replace(".", "/")
         return tuple(base + ending for ending in self.module_files)
 
-    def installer_for(self, directory):
+    def installer_for(self, directory: str | Path) -> Installer | None:
         """The installer for the manifests in *directory*, or None when it has none."""
         for installer in self.installers:
             trigger = Path(directory) / installer.trigger
@@ -75,7 +78,7 @@ class Runtime:
                 return installer
         return None
 
-    def bootstrap_source(self):
+    def bootstrap_source(self) -> bytes:
         """The bootstrap's bytes, read from the package (works inside relay.pyz too)."""
         return resources.files("relay.runtime").joinpath("bootstraps", self.bootstrap).read_bytes()
 
@@ -106,7 +109,7 @@ RUNTIMES = MappingProxyType({
 })
 
 
-def runtime_for(name):
+def runtime_for(name: str) -> Runtime:
     """The registry entry for *name*, or BuildError naming the supported ones."""
     try:
         return RUNTIMES[name]

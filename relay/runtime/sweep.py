@@ -8,10 +8,14 @@ touched, and nothing is pruned. The sweep is bounded: after the deadline it
 stops and says how many were left.
 """
 
+from __future__ import annotations
+
 import logging
 import threading
 import time
+from collections.abc import Callable, Mapping
 
+from docker import APIClient, DockerClient
 from docker.errors import APIError
 from requests.exceptions import RequestException
 
@@ -22,7 +26,7 @@ log = logging.getLogger("relay.runtime.sweep")
 DEADLINE_SECONDS = 30.0
 
 
-def sweep_orphans(docker_client, hostname, deadline_seconds=DEADLINE_SECONDS):
+def sweep_orphans(docker_client: DockerClient, hostname: str, deadline_seconds: float = DEADLINE_SECONDS) -> int:
     """Remove this host's orphaned execution containers; return how many were removed.
 
     The work runs in a helper thread (a greenlet under gevent) so a hung
@@ -43,7 +47,7 @@ def sweep_orphans(docker_client, hostname, deadline_seconds=DEADLINE_SECONDS):
 
 
 class _Sweep:
-    def __init__(self, api, hostname, deadline):
+    def __init__(self, api: APIClient, hostname: str, deadline: float) -> None:
         self.api = api
         self.hostname = hostname
         self.deadline = deadline
@@ -51,7 +55,7 @@ class _Sweep:
         self.found = 0
         self.removed = 0
 
-    def run(self):
+    def run(self) -> None:
         try:
             listed = self.api.containers(all=True, filters={
                 "label": [FUNCTION_LABEL, f"{HOSTNAME_LABEL}={self.hostname}"]})
@@ -70,7 +74,7 @@ class _Sweep:
                     "container": entry["Id"][:12], "function": labels.get(FUNCTION_LABEL),
                     "handler": labels.get("relay.handler"), "state": entry.get("State")})
 
-    def _owned(self, labels):
+    def _owned(self, labels: Mapping[str, str]) -> bool:
         """Checked again here: the engine's filter is the first line, not the only one."""
         return FUNCTION_LABEL in labels and labels.get(HOSTNAME_LABEL) == self.hostname
 
@@ -91,30 +95,32 @@ class Leftovers:
     the engine then says it is gone.
     """
 
-    def __init__(self, docker_client, interval=LEFTOVER_RETRY_INTERVAL, clock=time.monotonic):
+    def __init__(self, docker_client: DockerClient, interval: float = LEFTOVER_RETRY_INTERVAL,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self._api = docker_client.api
-        self._references = {}   # container id or name → (log context, not gone before this time)
+        # container id or name → (log context, not gone before this time)
+        self._references: dict[str, tuple[Mapping[str, object], float]] = {}
         self.interval = interval
         self.clock = clock
         self.stopping = threading.Event()
 
-    def add(self, reference, context=None, grace=0.0):
+    def add(self, reference: str, context: Mapping[str, object] | None = None, grace: float = 0.0) -> None:
         self._references[reference] = (context or {}, self.clock() + grace)
 
-    def __len__(self):
+    def __len__(self) -> int:
         return len(self._references)
 
-    def retry(self):
+    def retry(self) -> None:
         for reference, (context, settled_at) in list(self._references.items()):
             if remove_container(self._api, reference, context) and self.clock() >= settled_at:
                 del self._references[reference]
                 log.info("Removed a container left behind while the engine was unreachable",
                          extra={**context, "container": short(reference)})
 
-    def loop(self):
+    def loop(self) -> None:
         while not self.stopping.wait(self.interval):
             if self._references:
                 self.retry()
 
-    def stop(self):
+    def stop(self) -> None:
         self.stopping.set()

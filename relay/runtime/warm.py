@@ -34,12 +34,18 @@ running) is forwarded with the prefix of the invocation that ran last,
 before the next one starts.
 """
 
+from __future__ import annotations
+
 import json
 import logging
 import secrets
 import socket
 import time
-from typing import Any
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, TextIO
+
+from docker import APIClient
 
 from relay.errors import ContainerExited, DeadlineExceeded, ExecutionError, ProtocolBreak
 from relay.runtime import context, protocol
@@ -52,8 +58,11 @@ from relay.runtime.containers import (
     container_name,
     remove_container,
 )
-from relay.runtime.output import STDERR, STDOUT, Frames, Lines, PrefixedOutput
-from relay.runtime.sweep import UNCONFIRMED_CREATE_GRACE
+from relay.runtime.output import STDERR, STDOUT, Frames, Lines, PrefixedOutput, PrefixParts
+from relay.runtime.sweep import UNCONFIRMED_CREATE_GRACE, Leftovers
+
+if TYPE_CHECKING:
+    from relay.runtime.invocation import Invocation
 
 log = logging.getLogger("relay.runtime.warm")
 
@@ -79,17 +88,17 @@ class MarkedLines:
     or until it is longer than any marker can be.
     """
 
-    def __init__(self, lines):
+    def __init__(self, lines: Lines) -> None:
         self.lines = lines
         self._carry = b""
         self._expected: tuple[bytes, ...] = ()
         self._own: bytes | None = None
 
-    def expect(self, texts=(), own=None):
+    def expect(self, texts: tuple[bytes, ...] = (), own: bytes | None = None) -> None:
         self._expected = texts
         self._own = own
 
-    def feed(self, data):
+    def feed(self, data: bytes) -> list[bytes]:
         data = self._carry + data if self._carry else data
         self._carry = b""
         found: list[bytes] = []
@@ -128,7 +137,7 @@ _MARKER_SIZE = len(MARKER)
 _MARKER_BYTES = frozenset(MARKER)
 
 
-def _marker_prefix(data):
+def _marker_prefix(data: bytes) -> int:
     """The length of the longest end of *data* that could begin a marker."""
     if data[-1] not in _MARKER_BYTES:    # a line's end, most often
         return 0
@@ -138,24 +147,46 @@ def _marker_prefix(data):
     return 0
 
 
-def _due(texts):
+def _due(texts: tuple[bytes, ...]) -> str:
     return " or ".join(sorted(_show(text) for text in texts)) or "no marker"
+
+
+@dataclass(frozen=True)
+class Version:
+    """What a warm container can serve: one function's image, network and environment."""
+
+    function: str
+    image: str
+    runtime: str
+    network: str | None
+    env: frozenset[tuple[str, str]]
+
+    @classmethod
+    def of(cls, invocation: Invocation) -> Version:
+        return cls(invocation.function, invocation.image, invocation.runtime, invocation.network,
+                   frozenset(invocation.env.items()))
+
+    def __repr__(self) -> str:  # env holds secret values: never print them
+        return f"Version(function={self.function!r}, image={self.image!r})"
 
 
 class WarmContainer:
     """A started warm container; ``invoke`` runs one request at a time, ``remove`` ends it."""
 
-    def __init__(self, api, *, function, image, version, hostname, output, leftovers=None):
+    def __init__(self, api: APIClient, *, function: str, image: str, version: Version, hostname: str,
+                 output: TextIO, leftovers: Leftovers | None = None) -> None:
         self.api = api
         self.function = function
         self.image = image
-        self.version = version            # what requests it may serve (pool.Version)
+        self.version = version            # what requests it may serve
         self.hostname = hostname
         self.name = container_name(function)
-        self.container_id = None
+        self.container_id: str | None = None
         self.served = 0
         self.broken = False
-        self.exit_code = None
+        self.exit_code: int | None = None
+        self.last_used = 0.0     # when it was last given back idle (the pool's clock)
+        self.idle_limit = 0.0    # seconds it may then stay idle (its function's warm.idle)
         self._sink = PrefixedOutput(output)
         self._leftovers = leftovers
         self._handle: Any = None   # docker-py's attach handle, its socket, the registered wait's response
@@ -167,7 +198,8 @@ class WarmContainer:
 
     # --- start --------------------------------------------------------------------
 
-    def start(self, *, command, env, host_config, user=USER, prefix_parts, deadline):
+    def start(self, *, command: Sequence[str], env: Mapping[str, str], host_config: Mapping[str, Any],
+              user: str = USER, prefix_parts: PrefixParts, deadline: float) -> None:
         """Create and start the container and wait for the bootstrap's ready marker;
         what it writes meanwhile is prefixed with ``output.prefix(*prefix_parts)``."""
         self._sink.prefix_with(*prefix_parts)
@@ -177,10 +209,10 @@ class WarmContainer:
                 environment={**env, context.FUNCTION: self.function},
                 labels=self.labels(), host_config=host_config, entrypoint=list(command),
                 use_config_proxy=False)
-            self.container_id = created["Id"]
-            self._handle, self._sock = protocol.attach(self.api, self.container_id)
-            self._wait = protocol.register_wait(self.api, self.container_id, deadline)
-            self.api.start(self.container_id)
+            container_id = self.container_id = created["Id"]
+            self._handle, self._sock = protocol.attach(self.api, container_id)
+            self._wait = protocol.register_wait(self.api, container_id, deadline)
+            self.api.start(container_id)
             # No handler code runs before the first request: any "ready" is the bootstrap's own.
             self._streams[STDOUT].expect((b"ready " + PROTOCOL_VERSION,), own=b"ready")
             self._read_markers(deadline, (STDOUT,))
@@ -189,14 +221,15 @@ class WarmContainer:
             self.broken = True
             raise
 
-    def labels(self):
+    def labels(self) -> dict[str, str]:
         values = {FUNCTION_LABEL: self.function, HOSTNAME_LABEL: self.hostname, IMAGE_LABEL: self.image,
                   WARM_LABEL: "true"}
         return {key: value[:LABEL_VALUE_LIMIT] for key, value in values.items()}
 
     # --- one invocation -----------------------------------------------------------
 
-    def invoke(self, handler, variables, payload, prefix_parts, deadline):
+    def invoke(self, handler: str, variables: Mapping[str, str], payload: bytes, prefix_parts: PrefixParts,
+               deadline: float) -> bool:
         """Run *handler* on *payload* with the context *variables* (context.request_variables),
         its output prefixed with ``output.prefix(*prefix_parts)``; True when it returned, False
         when it raised.
@@ -222,7 +255,7 @@ class WarmContainer:
         self.served += 1
         return markers[STDOUT] == done
 
-    def _send(self, data, deadline):
+    def _send(self, data: bytes, deadline: float) -> None:
         try:
             self._sock.settimeout(protocol.remaining(deadline))
             self._sock.sendall(data)
@@ -231,7 +264,7 @@ class WarmContainer:
         except (BrokenPipeError, ConnectionResetError):
             raise self._exited() from None
 
-    def _read_markers(self, deadline, streams):
+    def _read_markers(self, deadline: float, streams: tuple[int, ...]) -> dict[int, bytes]:
         """Read until each of *streams* brought the marker it expects; {stream: marker text}."""
         found: dict[int, bytes] = {}
         while len(found) < len(streams):
@@ -249,7 +282,7 @@ class WarmContainer:
                         found[stream] = text
         return found
 
-    def forward_idle_output(self):
+    def forward_idle_output(self) -> None:
         """Forward what the container wrote since its last request ended, under that request's prefix.
 
         Raises ContainerExited when the container ended meanwhile (an engine
@@ -262,7 +295,7 @@ class WarmContainer:
             self.broken = True
             raise
 
-    def _forward_idle_output(self):
+    def _forward_idle_output(self) -> None:
         raw = getattr(self._sock, "_sock", self._sock)   # gevent's socket wraps a non-blocking one
         raw.setblocking(False)
         while True:
@@ -275,10 +308,10 @@ class WarmContainer:
             for stream, payload in self._frames.feed(data):
                 if stream in self._streams:
                     self._streams[stream].feed(payload)
-        for stream in self._streams.values():
-            stream.lines.close()
+        for marked in self._streams.values():
+            marked.lines.close()
 
-    def _exited(self):
+    def _exited(self) -> ContainerExited:
         """The streams ended: the process exited (the handler ended it, or it crashed)."""
         for stream in self._streams.values():
             stream.lines.close()
@@ -289,13 +322,13 @@ class WarmContainer:
         return ContainerExited(f"the warm container exited with code {self.exit_code}")
 
     @property
-    def output_failed(self):
+    def output_failed(self) -> Exception | None:
         """The first error writing the handlers' output, or None."""
         return self._sink.failed
 
     # --- end ----------------------------------------------------------------------
 
-    def remove(self):
+    def remove(self) -> bool:
         """Kill and remove the container (idempotent); True when the engine confirmed it is gone."""
         self.broken = True
         for stream in self._streams.values():
@@ -323,7 +356,7 @@ class WarmContainer:
         return gone
 
 
-def request(seq, nonce, handler, variables, payload):
+def request(seq: bytes, nonce: bytes, handler: str, variables: Mapping[str, str], payload: bytes) -> bytes:
     """The bytes of request *seq* (bytes), whose end markers carry *nonce* (bytes): run *handler*
     on *payload* with the context *variables*."""
     encoded = json.dumps(variables, separators=(",", ":")).encode()
@@ -331,5 +364,5 @@ def request(seq, nonce, handler, variables, payload):
                                              payload)
 
 
-def _show(text):
+def _show(text: bytes) -> str:
     return repr(bytes(text[:80]))[1:]

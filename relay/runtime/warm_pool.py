@@ -1,4 +1,4 @@
-"""The warm containers of one worker, reused per function version.
+"""The warm executor: the warm containers of one worker, reused per function version.
 
 A warm invocation takes an idle container of its function's version (same
 image, network and environment) or starts one, runs on it, and gives it
@@ -21,24 +21,36 @@ back; a container is one invocation at a time. Limits:
 Every container pins its image from before it is created until
 it is removed, so image garbage collection never takes an image a warm
 container uses. ``run`` never raises for a failing handler or engine error:
-the Outcome says what happened, as it does for a cold invocation.
+the Outcome says what happened, as it does for a cold invocation. It is the
+peer of relay.runtime.cold.ColdExecutor; both fit the dispatcher's Executor
+seam, and relay.runtime.executor.Router sends each invocation to one of them.
 """
+
+from __future__ import annotations
 
 import logging
 import threading
 import time
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping
+from typing import TextIO
 
+from docker import DockerClient
 from docker.errors import DockerException, ImageNotFound
 from requests.exceptions import RequestException
 
 from relay.durations import format_duration
 from relay.errors import ContainerExited, DeadlineExceeded, ExecutionError, ImageMissing, ProtocolBreak, RelayError
+from relay.functions import ActiveFunction, Function
+from relay.functions.template import Warm
 from relay.runtime import context
-from relay.runtime.containers import host_config
-from relay.runtime.invocation import Outcome, engine_error_text, is_unreachable
+from relay.runtime.containers import HostConfigs
+from relay.runtime.events import NoObserver, RuntimeObserver
+from relay.runtime.invocation import Invocation, Outcome, engine_error_text, is_unreachable, log_outcome
+from relay.runtime.output import PrefixParts
+from relay.runtime.pins import ImagePins
 from relay.runtime.registry import runtime_for
-from relay.runtime.warm import WarmContainer
+from relay.runtime.sweep import Leftovers
+from relay.runtime.warm import Version, WarmContainer
 
 log = logging.getLogger("relay.runtime.warm")
 
@@ -46,40 +58,27 @@ START_TIMEOUT = 30.0   # seconds from asking for a container to its bootstrap be
 IDLE_CHECK = 1.0       # seconds between looks for idle containers to stop
 CLOSE_TIMEOUT = 30.0   # seconds Relay's stop waits for its warm containers' removal
 
-
-@dataclass(frozen=True)
-class Version:
-    """What a warm container can serve: one function's image, network and environment."""
-
-    function: str
-    image: str
-    runtime: str
-    network: str | None
-    env: frozenset
-
-    @classmethod
-    def of(cls, invocation):
-        return cls(invocation.function, invocation.image, invocation.runtime, invocation.network,
-                   frozenset(invocation.env.items()))
-
-    def __repr__(self):  # env holds secret values: never print them
-        return f"Version(function={self.function!r}, image={self.image!r})"
+Removal = tuple[WarmContainer, str]   # a container to remove, and why
 
 
-class WarmPool:
-    def __init__(self, docker_client, hostname, output, *, capacity, pins=None, leftovers=None,
-                 functions=None, environment=None, on_count=None, on_image_missing=None, start_timeout=START_TIMEOUT,
-                 idle_check=IDLE_CHECK, clock=time.monotonic):
+class WarmExecutor:
+    def __init__(self, docker_client: DockerClient, hostname: str, output: TextIO, *, capacity: int,
+                 host_configs: HostConfigs | None = None, pins: ImagePins | None = None,
+                 leftovers: Leftovers | None = None,
+                 functions: Callable[[], Iterable[ActiveFunction]] | None = None,
+                 environment: Callable[[Function], Mapping[str, str]] | None = None,
+                 observer: RuntimeObserver | None = None, start_timeout: float = START_TIMEOUT,
+                 idle_check: float = IDLE_CHECK, clock: Callable[[], float] = time.monotonic) -> None:
         """*functions* (returning the active functions) and *environment* (a function's variables,
         secrets resolved) let ``loop`` start the containers of functions with ``warm.prestart``;
-        ``on_count(function, containers)`` hears every change of a function's number of containers;
-        ``on_image_missing(function, image)`` hears that a start found the image gone."""
+        *host_configs* are the HostConfigs shared with the cold executor (default: its own);
+        *observer* hears every change of a function's number of containers
+        (``warm_containers_changed``) and that a start found the image gone (``image_missing``)."""
         self._api = docker_client.api
-        self._on_count = on_count
-        self._on_image_missing = on_image_missing or (lambda function, image: None)
+        self._observer = observer if observer is not None else NoObserver()
         self._functions = functions
         self._environment = environment
-        self._prestarted = set()  # images whose containers were started at ready
+        self._prestarted: set[str] = set()  # images whose containers were started at ready
         self._hostname = hostname
         self._output = output
         self._capacity = capacity
@@ -88,35 +87,44 @@ class WarmPool:
         self._start_timeout = start_timeout
         self._idle_check = idle_check
         self._clock = clock
-        self._host_configs = {}
+        self._host_configs = host_configs if host_configs is not None else HostConfigs(self._api)
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)
         self._waiting = 0        # checkouts waiting on _changed for room: notified only when there are some
-        self._idle = []          # WarmContainers, least recently used first
-        self._members = {}       # Version → containers started, starting or running (not yet removed)
-        self._latest = {}        # function → the Version asked for last
-        self._retired = set()    # images whose containers go as soon as they are idle
+        self._idle: list[WarmContainer] = []      # least recently used first
+        self._members: dict[Version, int] = {}    # containers started, starting or running (not yet removed)
+        self._latest: dict[str, Version] = {}     # function → the Version asked for last
+        self._retired: set[str] = set()           # images whose containers go as soon as they are idle
         self._closed = False
         self._stopping = threading.Event()
 
     # --- one invocation -----------------------------------------------------------
 
-    def run(self, invocation):
-        """Run *invocation* on a warm container; an Outcome, as Executor.run returns."""
+    def run(self, invocation: Invocation) -> Outcome:
+        """Run *invocation* on a warm container; an Outcome, as ColdExecutor.run returns."""
+        outcome = self._run(invocation)
+        log_outcome(invocation, outcome)
+        return outcome
+
+    def _run(self, invocation: Invocation) -> Outcome:
         started = self._clock()
         parts = (invocation.function, invocation.handler, invocation.message_id, invocation.event_id)
+        warm = invocation.warm
+        assert warm is not None, "a warm invocation carries its template's warm settings"
 
-        def outcome(exit_code, **details):
-            return Outcome(ok=exit_code == 0 and details.get("error") is None, exit_code=exit_code,
-                           duration=self._clock() - started, **details)
+        def outcome(exit_code: int | None, *, timed_out: bool = False, error: str | None = None,
+                    engine_unavailable: bool = False) -> Outcome:
+            return Outcome(ok=exit_code == 0 and error is None, exit_code=exit_code,
+                           duration=self._clock() - started, timed_out=timed_out, error=error,
+                           engine_unavailable=engine_unavailable)
 
-        def describe(text):
+        def describe(text: str) -> str:
             return f'function "{invocation.function}" handler "{invocation.handler}": {text}'
 
         try:
             container = self._checkout(Version.of(invocation), invocation, parts)
         except ImageMissing as error:
-            self._on_image_missing(invocation.function, invocation.image)
+            self._observer.image_missing(invocation.function, invocation.image)
             return outcome(None, engine_unavailable=True,
                            error=describe(f"no warm container could be started: {error}"))
         except (ExecutionError, DockerException, RequestException, OSError) as error:
@@ -139,7 +147,7 @@ class WarmPool:
             return outcome(None, engine_unavailable=is_unreachable(error), error=describe(
                 f"the Docker engine failed during the invocation: {engine_error_text(error, invocation.env)}"))
         finally:
-            self._checkin(container, invocation.warm)
+            self._checkin(container, warm)
             if container.output_failed is not None:
                 log.warning("Handler output could not be written; lines were dropped",
                             extra={"function": invocation.function, "handler": invocation.handler,
@@ -148,7 +156,7 @@ class WarmPool:
             return outcome(0)
         return outcome(1, error=describe("the handler failed in its warm container"))
 
-    def _checkout(self, version, invocation, prefix_parts):
+    def _checkout(self, version: Version, invocation: Invocation, prefix_parts: PrefixParts) -> WarmContainer:
         """An idle container of *version* that is still alive, or a new one started for it."""
         deadline = time.monotonic() + self._start_timeout
         while True:
@@ -165,7 +173,7 @@ class WarmPool:
                 for old, why in to_remove:
                     self._discard(old, why)
 
-    def _claim(self, version, deadline):
+    def _claim(self, version: Version, deadline: float) -> tuple[WarmContainer | None, list[Removal] | None]:
         """One step of a checkout, under the lock: (an idle container, None), or (None, None) when
         room for a new one was reserved, or (None, [(container, why), ...]) to remove first."""
         with self._lock:
@@ -192,13 +200,13 @@ class WarmPool:
                 if not room:
                     raise ExecutionError(f"no room for a warm container within {self._start_timeout:g}s")
 
-    def _take_idle(self, version):
+    def _take_idle(self, version: Version) -> WarmContainer | None:
         for index in range(len(self._idle) - 1, -1, -1):   # the most recently used: let the others idle out
             if self._idle[index].version == version:
                 return self._idle.pop(index)
         return None
 
-    def _take_stale(self, version):
+    def _take_stale(self, version: Version) -> list[WarmContainer]:
         """Idle containers of the same function but another version: a newer one is asked for now."""
         stale = [container for container in self._idle
                  if container.version.function == version.function and container.version != version]
@@ -206,7 +214,8 @@ class WarmPool:
             self._idle.remove(container)
         return stale
 
-    def _start(self, version, env, prefix_parts, deadline):
+    def _start(self, version: Version, env: Mapping[str, str], prefix_parts: PrefixParts,
+               deadline: float) -> WarmContainer:
         if self._pins is not None:
             self._pins.pin(version.image)
         container = WarmContainer(self._api, function=version.function, image=version.image, version=version,
@@ -214,7 +223,7 @@ class WarmPool:
         began = time.monotonic()
         try:
             container.start(command=runtime_for(version.runtime).warm_command, env=env,
-                            host_config=self._host_config(version.network), prefix_parts=prefix_parts,
+                            host_config=self._host_configs.get(version.network), prefix_parts=prefix_parts,
                             deadline=deadline)
         except ImageNotFound:
             self._discard(container, "its image does not exist")
@@ -230,7 +239,7 @@ class WarmPool:
             "duration": round(time.monotonic() - began, 3)})
         return container
 
-    def _checkin(self, container, warm):
+    def _checkin(self, container: WarmContainer, warm: Warm) -> None:
         why = None
         with self._lock:
             version = container.version
@@ -253,7 +262,7 @@ class WarmPool:
         if why is not None:
             self._discard(container, why)
 
-    def _discard(self, container, why):
+    def _discard(self, container: WarmContainer, why: str) -> None:
         """Remove *container*; it no longer counts against the capacity."""
         try:
             container.remove()
@@ -272,24 +281,18 @@ class WarmPool:
                 "function": container.function, "container": container.name, "reason": why,
                 "served": container.served})
 
-    def _add_member(self, version):
+    def _add_member(self, version: Version) -> None:
         """Under the lock: one more container of *version*."""
         self._members[version] = self._members.get(version, 0) + 1
         self._count_changed(version.function)
 
-    def _count_changed(self, function):
-        if self._on_count is not None:
-            self._on_count(function, sum(count for version, count in self._members.items()
-                                         if version.function == function))
-
-    def _host_config(self, network):
-        if network not in self._host_configs:
-            self._host_configs[network] = host_config(self._api, network)
-        return self._host_configs[network]
+    def _count_changed(self, function: str) -> None:
+        self._observer.warm_containers_changed(function, sum(count for version, count in self._members.items()
+                                                             if version.function == function))
 
     # --- lifecycle ----------------------------------------------------------------
 
-    def retire_image(self, image):
+    def retire_image(self, image: str) -> None:
         """*image* is no longer a function's active version: its containers go once idle."""
         with self._lock:
             self._retired.add(image)
@@ -299,7 +302,7 @@ class WarmPool:
         for container in retired:
             self._discard(container, "its version was retired")
 
-    def stop_idle(self):
+    def stop_idle(self) -> None:
         """Remove the containers idle longer than their function's ``warm.idle``."""
         now = self._clock()
         with self._lock:
@@ -309,7 +312,7 @@ class WarmPool:
         for container in expired:
             self._discard(container, f"idle for {format_duration(int(container.idle_limit * 1e9))}")
 
-    def containers(self):
+    def containers(self) -> dict[str, int]:
         """How many warm containers each function has now (started, starting or running)."""
         with self._lock:
             counts: dict[str, int] = {}
@@ -317,16 +320,19 @@ class WarmPool:
                 counts[version.function] = counts.get(version.function, 0) + count
             return counts
 
-    def prestart(self):
+    def prestart(self) -> None:
         """Start ``warm.containers`` containers for each active function version with ``warm.prestart``,
         once per version, as far as there is room."""
-        for active in self._functions() if self._functions is not None else ():
+        functions, environment = self._functions, self._environment
+        if functions is None or environment is None:
+            return
+        for active in functions():
             template = active.function.template
             if template.warm is None or not template.warm.prestart or active.image in self._prestarted:
                 continue
             self._prestarted.add(active.image)
             try:
-                env = self._environment(active.function)
+                env = environment(active.function)
             except RelayError as error:
                 log.warning("Warm containers not prestarted", extra={"function": active.name, "error": str(error)})
                 continue
@@ -334,7 +340,7 @@ class WarmPool:
                               frozenset(env.items()))
             self._prestart_version(version, template.warm, env)
 
-    def _prestart_version(self, version, warm, env):
+    def _prestart_version(self, version: Version, warm: Warm, env: Mapping[str, str]) -> None:
         started = 0
         for _ in range(warm.containers):
             with self._lock:
@@ -353,15 +359,15 @@ class WarmPool:
             started += 1
         log.debug("Warm containers prestarted", extra={"function": version.function, "containers": started})
 
-    def loop(self):
+    def loop(self) -> None:
         while not self._stopping.wait(self._idle_check):
             self.prestart()
             self.stop_idle()
 
-    def stop(self):
+    def stop(self) -> None:
         self._stopping.set()
 
-    def close(self, timeout=CLOSE_TIMEOUT):
+    def close(self, timeout: float = CLOSE_TIMEOUT) -> bool:
         """Relay is stopping: remove every idle container now, and each running one when its invocation ends."""
         with self._lock:
             self._closed = True

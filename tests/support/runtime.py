@@ -16,6 +16,7 @@ from pathlib import Path
 from docker.errors import APIError, NotFound
 
 from relay.functions import load_function
+from relay.runtime.events import RuntimeObserver
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "functions"
 TOKEN_FILES = ("package.json", "package-lock.json", "requirements.txt")
@@ -72,6 +73,28 @@ class BuildSpy:
 
     def function_builds(self):
         return [tag for tag in self.tags if tag.startswith("relay-fn-")]
+
+
+class RuntimeEvents(RuntimeObserver):
+    """The runtime's events (relay.runtime.events) as they were emitted, one list per event."""
+
+    def __init__(self):
+        self.failed_builds = []   # function names
+        self.built = []           # (function, seconds)
+        self.warm_counts = []     # (function, containers)
+        self.missing = []         # (function, image)
+
+    def build_failed(self, function):
+        self.failed_builds.append(function)
+
+    def image_built(self, function, seconds):
+        self.built.append((function, seconds))
+
+    def warm_containers_changed(self, function, count):
+        self.warm_counts.append((function, count))
+
+    def image_missing(self, function, image):
+        self.missing.append((function, image))
 
 
 def remove_images(client, tags):
