@@ -60,13 +60,13 @@ import report  # noqa: E402
 
 from relay.durations import SECOND  # noqa: E402
 from relay.functions import load_function  # noqa: E402
+from relay.functions.runtimes import runtime_for  # noqa: E402
 from relay.functions.template import Warm  # noqa: E402
 from relay.runtime.containers import USER, host_config  # noqa: E402
 from relay.runtime.executor import build_executor  # noqa: E402
 from relay.runtime.images import ImageBuilder  # noqa: E402
 from relay.runtime.invocation import Invocation  # noqa: E402
 from relay.runtime.pins import ImagePins  # noqa: E402
-from relay.runtime.registry import runtime_for  # noqa: E402
 from relay.runtime.warm import MARKER, WarmContainer, request  # noqa: E402
 
 HANDLER = "handler.handler"

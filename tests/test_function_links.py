@@ -15,9 +15,9 @@ import pytest
 
 from relay.errors import BuildError, TemplateError
 from relay.functions import load_function
+from relay.functions.runtimes import RUNTIMES
 from relay.links import leads_outside, links_outside
 from relay.runtime.recipes import dependency_recipe
-from relay.runtime.registry import RUNTIMES
 from tests.support.commands import view_command
 from tests.support.workers import Worker, engine_env, namespaced_relay_command, publish, wait_until, write_function
 

@@ -7,7 +7,7 @@ import textwrap
 
 import pytest
 
-from relay.runtime.registry import RUNTIMES
+from relay.functions.runtimes import RUNTIMES
 
 BOOTSTRAP = RUNTIMES["python3.14"].bootstrap_source()
 

@@ -8,9 +8,9 @@ import tarfile
 import pytest
 
 from relay.functions import load_function
+from relay.functions.runtimes import RUNTIMES
 from relay.runtime.build_context import dependency_context, function_context
 from relay.runtime.recipes import dependency_recipe, function_recipe
-from relay.runtime.registry import RUNTIMES
 
 PYTHON = RUNTIMES["python3.14"]
 NODE = RUNTIMES["node24"]

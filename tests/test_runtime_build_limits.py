@@ -16,11 +16,11 @@ from docker.errors import NotFound
 
 from relay.errors import BuildError
 from relay.functions import load_function
+from relay.functions.runtimes import RUNTIMES, Installer
 from relay.runtime import images as images_module
 from relay.runtime.build_limits import Tail
 from relay.runtime.images import BUILD_MEMORY_BYTES, TAIL_BYTES, ImageBuilder
 from relay.runtime.recipes import FINGERPRINT_LABEL, RECIPE_LABEL, dependency_recipe, function_recipe
-from relay.runtime.registry import RUNTIMES, Installer
 from tests.support.runtime import BuildSpy, image_exists, token, wait_until, write_function
 
 PYTHON = RUNTIMES["python3.14"]
@@ -168,7 +168,7 @@ import docker, gevent
 from relay.errors import BuildError
 from relay.functions import load_function
 from relay.runtime import images
-from relay.runtime.registry import RUNTIMES, Installer
+from relay.functions.runtimes import RUNTIMES, Installer
 
 ticker = Installer("requirements.txt", ("sh", "-c", "while true; do echo tick " + sys.argv[2] + "; sleep 1; done"))
 runtime = dataclasses.replace(RUNTIMES["python3.14"], installers=(ticker,))

@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 
 from relay.durations import SECOND
+from relay.functions.runtimes import RUNTIMES
 from relay.runtime.cold import ColdExecutor
 from relay.runtime.invocation import Invocation, redact
 from relay.runtime.output import MAX_LINE_BYTES, TRUNCATED
 from relay.runtime.recipes import dependency_recipe
-from relay.runtime.registry import RUNTIMES
 from tests.support.runtime import (
     RuntimeEvents,
     built_fixtures,

@@ -12,10 +12,10 @@ import pytest
 
 from relay.errors import BuildError
 from relay.functions import load_function
+from relay.functions.runtimes import RUNTIMES
 from relay.runtime import images as images_module
 from relay.runtime.images import ImageBuilder
 from relay.runtime.recipes import RECIPE_LABEL, dependency_recipe
-from relay.runtime.registry import RUNTIMES
 from tests.support.runtime import BuildSpy, Pins, RuntimeEvents, image_exists, token, write_function
 
 PYTHON = RUNTIMES["python3.14"]

@@ -10,9 +10,9 @@ import pytest
 
 from relay.errors import BuildError
 from relay.functions import load_function
+from relay.functions.runtimes import RUNTIMES, runtime_for
 from relay.functions.template import RUNTIMES as TEMPLATE_RUNTIMES
 from relay.runtime.recipes import dependency_recipe, function_recipe
-from relay.runtime.registry import RUNTIMES, runtime_for
 
 ROOT = Path(__file__).resolve().parent.parent
 PYTHON = RUNTIMES["python3.14"]
@@ -60,7 +60,7 @@ def test_bootstraps_are_readable_when_relay_is_imported_from_a_zip(tmp_path):
         for path in (ROOT / "relay").rglob("*"):
             if path.is_file() and "__pycache__" not in path.parts:
                 bundle.write(path, path.relative_to(ROOT).as_posix())
-    code = ("import sys; sys.path.insert(0, sys.argv[1]); from relay.runtime.registry import RUNTIMES; "
+    code = ("import sys; sys.path.insert(0, sys.argv[1]); from relay.functions.runtimes import RUNTIMES; "
             "import relay; assert relay.__file__.startswith(sys.argv[1]), relay.__file__; "
             "print(sum(len(r.bootstrap_source()) for r in RUNTIMES.values()))")
     result = subprocess.run([sys.executable, "-c", code, str(archive)], capture_output=True, text=True,

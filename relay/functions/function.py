@@ -26,6 +26,7 @@ from relay.functions.fingerprint import TAG_LENGTH, fingerprint_directory
 from relay.functions.parser import CheckedTemplate, check_template
 from relay.functions.problems import ERROR, Problem, join, show
 from relay.functions.regular import not_regular_message, read_regular, special_kind
+from relay.functions.runtimes import RUNTIMES
 from relay.functions.template import Template
 from relay.links import links_outside
 from relay.names import function_name_problem
@@ -140,8 +141,6 @@ def _webhook_secret(checked: CheckedTemplate, webhook_secret: str | None) -> lis
 def _not_regular(directory: Path, checked: CheckedTemplate) -> tuple[list[Problem], frozenset[str]]:
     """Errors for handler modules and dependency manifests that are not regular files, and their
     relative paths. Which files those are is the runtime registry's knowledge (plain data)."""
-    from relay.runtime.registry import RUNTIMES
-
     problems: list[Problem] = []
     refused: set[str] = set()
     if checked.runtime is not None:

@@ -17,8 +17,9 @@ from typing import cast
 from relay.durations import HOUR, MINUTE, SECOND
 from relay.functions.patterns import Pattern
 from relay.functions.problems import Problem
+from relay.functions.runtimes import RUNTIMES as REGISTRY
 
-RUNTIMES = ("python3.14", "node24")
+RUNTIMES = tuple(REGISTRY)   # the runtime names a template may give
 DEFAULT_CONCURRENCY = 2
 DEFAULT_TIMEOUT = 6 * SECOND
 MAX_TIMEOUT = 5 * MINUTE

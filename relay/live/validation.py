@@ -24,6 +24,7 @@ from relay.functions.function import TEMPLATE_FILE, inspect_function
 from relay.functions.parser import CheckedTemplate
 from relay.functions.problems import ERROR, WARNING, Problem, show
 from relay.functions.regular import special_files
+from relay.functions.runtimes import RUNTIMES
 from relay.live.loading import function_names
 from relay.names import function_name_problem
 
@@ -102,7 +103,6 @@ def _finding(function: str, source: str, problem: Problem) -> Finding:
 def _handler_files(directory: Path, checked: CheckedTemplate, template_path: str,
                    refused: frozenset[str]) -> list[Finding]:
     """A handler whose module is no regular file where the bootstrap looks (unless already refused as one)."""
-    from relay.runtime.registry import RUNTIMES
 
     if checked.runtime is None:
         return []
@@ -121,7 +121,6 @@ def _handler_files(directory: Path, checked: CheckedTemplate, template_path: str
 def _manifests(directory: Path, runtime_name: str, refused: frozenset[str]) -> list[Finding]:
     """The installer's missing companions (a package-lock.json without its package.json)."""
     from relay.runtime.recipes import dependency_recipe
-    from relay.runtime.registry import RUNTIMES
 
     runtime = RUNTIMES[runtime_name]
     if refused.intersection(name for installer in runtime.installers for name in installer.manifests):

@@ -1,6 +1,5 @@
 """The runtime layer: function images and the containers that run handlers.
 
-    registry       one entry per runtime: base image, dependency installers, bootstrap
     recipes        what to build for a function: its dependency and function images (plain data)
     build_context  Dockerfiles and tar build contexts, made in temporary files
     build_limits   a build's wall-clock cutoff and the bounded tail of its output
@@ -20,6 +19,8 @@
                    build_executor makes the pair, sharing one HostConfig per network
     events         RuntimeObserver: builds, warm containers and missing images, for whoever listens
 
-Importing this package imports nothing else; the registry is plain data and
-does not need docker-py.
+What differs between runtimes (base image, dependency installers,
+bootstrap) is data in relay.functions.runtimes, below this layer, so that a
+function's checks can ask which files a runtime loads. Importing this
+package imports nothing else.
 """

@@ -44,6 +44,7 @@ from relay.durations import format_duration
 from relay.errors import BuildError, reason
 from relay.functions import Function
 from relay.functions.fingerprint import fingerprint_directory
+from relay.functions.runtimes import runtime_for
 from relay.runtime.build_context import dependency_context, function_context
 from relay.runtime.build_limits import Cutoff, Progress, Tail
 from relay.runtime.events import NoObserver, RuntimeObserver
@@ -55,7 +56,6 @@ from relay.runtime.recipes import (
     dependency_recipe,
     function_recipe,
 )
-from relay.runtime.registry import runtime_for
 
 log = logging.getLogger("relay.runtime.images")
 

@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from relay.errors import BuildError, LinkOutside
+from relay.functions.runtimes import BOOTSTRAP_DIRECTORY, FUNCTION_DIRECTORY, Installer, Runtime
 from relay.links import read_inside
-from relay.runtime.registry import BOOTSTRAP_DIRECTORY, FUNCTION_DIRECTORY, Installer, Runtime
 
 DEPENDENCY_REPOSITORY_PREFIX = "relay-dep-"
 FUNCTION_REPOSITORY_PREFIX = "relay-fn-"

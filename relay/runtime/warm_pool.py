@@ -41,6 +41,7 @@ from requests.exceptions import RequestException
 from relay.durations import format_duration
 from relay.errors import ContainerExited, DeadlineExceeded, ExecutionError, ImageMissing, ProtocolBreak, RelayError
 from relay.functions import ActiveFunction, Function
+from relay.functions.runtimes import runtime_for
 from relay.functions.template import Warm
 from relay.runtime import context
 from relay.runtime.containers import HostConfigs
@@ -48,7 +49,6 @@ from relay.runtime.events import NoObserver, RuntimeObserver
 from relay.runtime.invocation import Invocation, Outcome, engine_error_text, is_unreachable, log_outcome
 from relay.runtime.output import PrefixParts
 from relay.runtime.pins import ImagePins
-from relay.runtime.registry import runtime_for
 from relay.runtime.sweep import Leftovers
 from relay.runtime.warm import Version, WarmContainer
 

@@ -172,9 +172,9 @@ def wait_until(predicate, timeout=10.0, interval=0.05):
 def built_fixtures(client, root, fixtures):
     """Build tests/fixtures/functions/<fixture> for each of *fixtures* under per-session names in
     *root*; yield {fixture: (Function, tag)}; remove their images (and dependency images) after."""
+    from relay.functions.runtimes import RUNTIMES
     from relay.runtime.images import ImageBuilder
     from relay.runtime.recipes import dependency_recipe
-    from relay.runtime.registry import RUNTIMES
 
     marker = token()
     builder = ImageBuilder(client)

@@ -2,8 +2,10 @@
 
 A runtime is a fixed base image, the ways its dependency manifests are
 installed, a bootstrap and the command line that runs it. Adding a runtime
-(python3.15, node26) is one new entry in RUNTIMES; the build and execution
-engines read nothing else.
+(python3.15, node26) is one new entry in RUNTIMES; template checks, the
+build and the execution engines (relay.runtime) read nothing else. It is
+plain data, here below the runtime layer, so that checking a function can
+ask which files its runtime loads without reaching up into Docker's code.
 """
 
 from __future__ import annotations
