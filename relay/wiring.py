@@ -3,9 +3,9 @@
 ``build_engine`` joins the stream engine. The caller brings what differs
 between the supervisor, the tests and bench/ (the executor, the secrets
 behind ``environment``, the image pins, the clock and the intervals, any
-observer besides Prometheus); the invocation store, the Settler, the slots,
-the fleet-wide limits, the buffer, the dispatcher and the consumer are
-always joined the same way.
+observer besides Prometheus); the invocation store, the Settler, the
+admission (the slots and the fleet-wide limits), the buffer, the dispatcher
+and the consumer are always joined the same way.
 
 ``build_process`` builds everything one ``relay start`` runs around it: the
 metrics, the catalog and the pins, the cold and warm executors, the image
