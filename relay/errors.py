@@ -141,6 +141,10 @@ class DeadLetterError(RelayError):
 # --- the state view -------------------------------------------------------------------
 
 
+class RunsError(RelayError):
+    """A ``relay runs`` or ``relay replay`` request that cannot be carried out: a bad time, id or filter."""
+
+
 class StateError(RelayError):
     """The state database cannot be opened, read or written."""
 

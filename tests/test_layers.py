@@ -20,6 +20,7 @@ LAYERS = (
     ("relay.functions",),
     ("relay.runtime", "relay.gitsync"),
     ("relay.live", "relay.stream"),
+    ("relay.runs",),
     ("relay.metrics",),
     ("relay.view",),
     ("relay.wiring", "relay.commands"),

@@ -32,6 +32,10 @@ EVENT_FIELD = EVENT.encode()        # as redis-py returns them
 SCHEDULE_FIELD = SCHEDULE.encode()
 REDRIVEN_FROM = "redriven_from"    # set by ``relay dlq redrive``: the dead-letter entry it came from
 REDRIVEN_FROM_FIELD = REDRIVEN_FROM.encode()
+REPLAY_OF = "replay_of"            # set by ``relay replay``: the entry it is a copy of
+REPLAY_FOR = "replay_for"          # ... and the one function (``name``) or handler (``name/handler``) it runs for
+REPLAY_OF_FIELD = REPLAY_OF.encode()
+REPLAY_FOR_FIELD = REPLAY_FOR.encode()
 
 
 # --- invocation state -----------------------------------------------------------------
@@ -101,6 +105,20 @@ DLQ_TIMESTAMP = "timestamp"
 DLQ_TRUNCATED = "truncated"      # "true" when the event is only the start of one of ...
 DLQ_EVENT_BYTES = "event_bytes"  # ... this many bytes
 DLQ_SCHEDULE = SCHEDULE          # the occurrence id, when the entry was an occurrence Relay's scheduler published
+# The last attempt's outcome, when this worker ran it (relay.runs): its run id in the ledger, its status
+# (failed, timed out, killed, not started), its exit code and the end of its stderr.
+DLQ_RUN_ID = "run_id"
+DLQ_RUN_STATUS = "run_status"
+DLQ_EXIT_CODE = "exit_code"
+DLQ_STDERR = "stderr"
+
+
+# --- the run ledger (relay.runs) ------------------------------------------------------
+
+
+def runs_stream(stream: str) -> str:
+    """The run ledger of *stream*: one entry per attempt (relay.runs.record)."""
+    return f"relay:{stream}:runs"
 
 
 # --- schedules ------------------------------------------------------------------------
