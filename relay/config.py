@@ -26,6 +26,8 @@ DEFAULT_MAX_CONCURRENCY = 8
 DEFAULT_MAX_BUFFERED_EVENTS = 16
 DEFAULT_MAX_EVENT_BYTES = 1024 * 1024
 DEFAULT_REDIS_PORT = 6379
+DEFAULT_RUNS_MAX_AGE = 7 * 24 * 3600 * 10**9   # nanoseconds: 168h
+DEFAULT_RUNS_MAX_ENTRIES = 100_000
 
 _REDIS_URI_FORMS = ("host:port, redis://[user:password@]host[:port][/db], "
                     "redis+sentinel://[user:password@]host:port[,host:port…]/master[/db], "
@@ -106,6 +108,8 @@ class Config:
     max_concurrency: int = DEFAULT_MAX_CONCURRENCY
     max_buffered_events: int = DEFAULT_MAX_BUFFERED_EVENTS
     max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES  # a larger event field is dead-lettered unread
+    runs_max_age: int = DEFAULT_RUNS_MAX_AGE          # nanoseconds: the run ledger forgets older records
+    runs_max_entries: int = DEFAULT_RUNS_MAX_ENTRIES  # ... and keeps about this many
     docker_env: MappingProxyType = field(default_factory=lambda: MappingProxyType({}))
 
 
@@ -136,6 +140,8 @@ def load_config(environ, hostname=None):
         max_concurrency=checked(_positive_int, environ, "MAX_CONCURRENCY", DEFAULT_MAX_CONCURRENCY),
         max_buffered_events=checked(_positive_int, environ, "MAX_BUFFERED_EVENTS", DEFAULT_MAX_BUFFERED_EVENTS),
         max_event_bytes=checked(_positive_int, environ, "MAX_EVENT_BYTES", DEFAULT_MAX_EVENT_BYTES),
+        runs_max_age=checked(_runs_max_age, environ),
+        runs_max_entries=checked(_positive_int, environ, "RUNS_MAX_ENTRIES", DEFAULT_RUNS_MAX_ENTRIES),
         docker_env=load_docker_env(environ),
     )
     if len(problems) == 1:
@@ -308,6 +314,21 @@ def _retention(environ):
     if retention <= 0:
         raise ConfigError(f"REDIS_STREAM_RETENTION={quote(raw)} must be longer than zero, e.g. 6h")
     return retention
+
+
+def _runs_max_age(environ):
+    raw = environ.get("RUNS_MAX_AGE", "")
+    if not raw:
+        return DEFAULT_RUNS_MAX_AGE
+    try:
+        age = parse_duration(raw)
+    except DurationError as error:
+        raise ConfigError(f"RUNS_MAX_AGE={quote(raw)} is not a duration ({shorten(str(error))}); "
+                          "use a Go duration such as 168h (7 days) or 24h") from None
+    if age < 60 * 10**9:
+        raise ConfigError(f"RUNS_MAX_AGE={quote(raw)} is under a minute; the run ledger keeps records "
+                          "at least 1m, e.g. 168h")
+    return age
 
 
 def _listen_address(environ, name):

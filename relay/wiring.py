@@ -19,6 +19,7 @@ binds its port as it is made.
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from collections.abc import Mapping, Sequence
@@ -39,6 +40,7 @@ from relay.live.watcher import Debouncer, Watcher
 from relay.metrics.prometheus import Metrics, PrometheusObserver
 from relay.metrics.server import MetricsServer
 from relay.offload import in_thread
+from relay.runs.ledger import RunLedger
 from relay.runtime.events import RuntimeObservers
 from relay.runtime.executor import Router, build_executor
 from relay.runtime.image_gc import retire_image
@@ -65,6 +67,7 @@ from relay.view.writer import StateWriter, previous_functions
 if TYPE_CHECKING:
     from relay.runtime.invocation import Outcome
     from relay.stream.limits import Limit
+    from relay.stream.seams import Attempt
     from relay.stream.verdict import Settlement
 
 
@@ -118,15 +121,16 @@ def build_engine(client: redis.Redis, address: StreamAddress, *, catalog: seams.
                  max_buffered_events: int, max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
                  clock: seams.Clock = time.time_ns, slot_wait: float = SLOT_WAIT, block_ms: int = READ_BLOCK_MS,
                  reclaim_interval: float = RECLAIM_INTERVAL, min_idle: float = MIN_IDLE,
-                 limits: seams.Limits | None = None) -> Engine:
+                 limits: seams.Limits | None = None, ledger: RunLedger | None = None) -> Engine:
     """The engine for *address*; the consumer group must exist (relay.stream.group.ensure_group).
 
-    Its domain events go to a PrometheusObserver on *metrics*, then to each of *observers*.
-    *limits* replaces the fleet-wide limits in Redis (tests only).
+    Its domain events go to a PrometheusObserver on *metrics*, then to *ledger* (the run ledger, which
+    the Settler writes with each settle), then to each of *observers*. *limits* replaces the fleet-wide
+    limits in Redis (tests only).
     """
-    observer = _one_observer([PrometheusObserver(metrics), *observers])
+    observer = _one_observer([PrometheusObserver(metrics), *([ledger] if ledger else []), *observers])
     store = InvocationStore(client, address)
-    settler = Settler(client, address, observer)
+    settler = Settler(client, address, observer, ledger)
     slots = Slots(max_concurrency, on_wait=metrics.concurrency_waits.inc)
     buffer = Buffer(max_buffered_events, metrics.buffered_events)
     if limits is None:
@@ -206,7 +210,10 @@ def build_process(config: Config, clients: Clients, *, functions_dir: str | Path
     engine = build_engine(
         client, address, catalog=catalog, executor=executor, environment=function_environment, pins=pins,
         metrics=metrics, max_concurrency=config.max_concurrency, max_buffered_events=config.max_buffered_events,
-        max_event_bytes=config.max_event_bytes, reclaim_interval=timing.reclaim_interval, min_idle=timing.min_idle)
+        max_event_bytes=config.max_event_bytes, reclaim_interval=timing.reclaim_interval, min_idle=timing.min_idle,
+        ledger=RunLedger(client, config.stream, host=config.consumer, pid=os.getpid(),
+                         max_entries=config.runs_max_entries, max_age_ms=config.runs_max_age // 1_000_000,
+                         unrecorded=metrics.runs_unrecorded.inc))
     side_loops: dict[str, Service] = {
         "backlog": Backlog(client, address, metrics, interval=timing.backlog_interval),
         "scheduler": Scheduler(catalog, Publisher(client, config.stream, metrics))}
@@ -246,13 +253,17 @@ class Observers:
         for observer in self.observers:
             observer.matched(function)
 
-    def invocation_started(self, function: str, handler: str, attempt: int) -> None:
+    def invocation_started(self, attempt: Attempt) -> None:
         for observer in self.observers:
-            observer.invocation_started(function, handler, attempt)
+            observer.invocation_started(attempt)
 
-    def invocation_finished(self, function: str, handler: str, attempt: int, outcome: Outcome | None) -> None:
+    def invocation_finished(self, attempt: Attempt, outcome: Outcome | None) -> None:
         for observer in self.observers:
-            observer.invocation_finished(function, handler, attempt, outcome)
+            observer.invocation_finished(attempt, outcome)
+
+    def invocation_expired(self, attempt: Attempt) -> None:
+        for observer in self.observers:
+            observer.invocation_expired(attempt)
 
     def limit_waited(self, function: str, limit: Limit, seconds: float) -> None:
         for observer in self.observers:

@@ -108,13 +108,18 @@ events:
 
 
 def test_exhaustion_routes_to_the_dlq_then_acks(engine):
-    engine.executor.program("second.handler", Result(ok=False, exit_code=7))
+    engine.executor.program("second.handler", Result(ok=False, exit_code=7, stderr_tail="Traceback\nValueError"))
     message_id = engine.publish({"kind": "order", "event_id": "evt_9"})
     engine.read()                                # second.handler has retries: 0 → exhausted at once
     assert engine.pending() == 0 and engine.state(message_id) == {}
     (entry,) = engine.dlq()
     assert set(entry) == {"original_stream", "original_id", "group", "consumer", "event", "reason", "attempts",
-                          "timestamp"}
+                          "timestamp", "run_id", "run_status", "exit_code", "stderr"}
+    last_run = engine.runs()[-1]
+    assert (entry["run_id"], entry["run_status"], entry["exit_code"], entry["stderr"]) == (
+        last_run.run_id, "failed", "7", "Traceback\nValueError")
+    assert (last_run.handler, last_run.settled.value, last_run.reason) == (
+        "second.handler", "dead-lettered", entry["reason"])
     assert (entry["original_stream"], entry["original_id"], entry["group"], entry["consumer"]) == (
         STREAM, message_id, GROUP, CONSUMER)
     assert json.loads(entry["event"]) == {"kind": "order", "event_id": "evt_9"}
@@ -409,7 +414,8 @@ def test_an_extra_observer_sees_the_domain_events(redis_client):
     assert names == ["matched", "received", "settled", "invocation_started", "invocation_finished", "settled"]
     assert recorder.events[0] == ("matched", "audit") and recorder.events[1] == ("received", 2)
     assert recorder.events[2][1].cause is Cause.UNMATCHED and recorder.events[2][2] == 1
-    assert recorder.events[4][1:4] == ("audit", "audit.handler", 1) and not recorder.events[4][4].ok
+    attempt, outcome = recorder.events[4][1:]
+    assert (attempt.function, attempt.handler, attempt.number) == ("audit", "audit.handler", 1) and not outcome.ok
     assert recorder.events[5][1].cause is Cause.OPEN
     assert value(engine.metrics.handler_failure) == 1 and value(engine.metrics.events_processed) == 1
 

@@ -8,6 +8,7 @@ from relay.metrics.prometheus import Metrics, PrometheusObserver
 from relay.runtime.events import RuntimeObserver, RuntimeObservers
 from relay.runtime.invocation import Outcome
 from relay.stream.limits import Limit
+from relay.stream.seams import Attempt
 from relay.stream.verdict import OBSOLETE, OPEN, TRIMMED, UNMATCHED, WAITING, Cause, Settlement, Verdict
 from relay.wiring import Observers
 
@@ -26,6 +27,11 @@ def sample(metrics, name, **labels):
     return metrics.registry.get_sample_value(name, labels) or 0.0
 
 
+def attempt(number=1, function="orders", handler="app.h"):
+    return Attempt(message_id="1-0", event_id="e1", function=function, handler=handler, rule=f"{function}/{handler}",
+                   number=number, idempotency_key="k", started_at=0)
+
+
 def ok(duration=0.5):
     return Outcome(ok=True, exit_code=0, duration=duration)
 
@@ -42,17 +48,17 @@ def test_received_and_matched(metrics, observer):
 
 
 def test_an_invocation_is_in_flight_between_its_two_events(metrics, observer):
-    observer.invocation_started("orders", "app.h", 1)
-    observer.invocation_started("orders", "app.h", 1)
+    observer.invocation_started(attempt(1))
+    observer.invocation_started(attempt(1))
     assert sample(metrics, "in_flight_invocations") == 2
-    observer.invocation_finished("orders", "app.h", 1, ok())
-    observer.invocation_finished("orders", "app.h", 1, None)       # running it raised
+    observer.invocation_finished(attempt(1), ok())
+    observer.invocation_finished(attempt(1), None)       # running it raised
     assert sample(metrics, "in_flight_invocations") == 0
 
 
 def test_a_success(metrics, observer):
-    observer.invocation_started("orders", "app.h", 1)
-    observer.invocation_finished("orders", "app.h", 1, ok(0.3))
+    observer.invocation_started(attempt(1))
+    observer.invocation_finished(attempt(1), ok(0.3))
     assert sample(metrics, "handler_success_total") == 1
     assert sample(metrics, "function_handler_success_total", function="orders") == 1
     assert sample(metrics, "handler_invocations_total", outcome="success", function="orders", handler="app.h") == 1
@@ -67,8 +73,8 @@ def test_a_success(metrics, observer):
     (Outcome.not_started("secret 'x' is not in the secret store"), "failure"),
 ])
 def test_a_failure_and_a_retry(metrics, observer, outcome, label):
-    observer.invocation_started("orders", "app.h", 2)
-    observer.invocation_finished("orders", "app.h", 2, outcome)
+    observer.invocation_started(attempt(2))
+    observer.invocation_finished(attempt(2), outcome)
     assert sample(metrics, "handler_failure_total") == 1
     assert sample(metrics, "function_handler_failure_total", function="orders") == 1
     assert sample(metrics, "handler_invocations_total", outcome=label, function="orders", handler="app.h") == 1
@@ -77,9 +83,9 @@ def test_a_failure_and_a_retry(metrics, observer, outcome, label):
 
 
 def test_an_unreachable_engine_counts_nothing_but_in_flight(metrics, observer):
-    observer.invocation_started("orders", "app.h", 2)
-    observer.invocation_finished("orders", "app.h", 2, Outcome(ok=False, exit_code=None, duration=0.2,
-                                                                engine_unavailable=True))
+    observer.invocation_started(attempt(2))
+    observer.invocation_finished(attempt(2), Outcome(ok=False, exit_code=None, duration=0.2,
+                                                   engine_unavailable=True))
     assert sample(metrics, "in_flight_invocations") == 0
     for name in ("handler_failure_total", "handler_success_total", "retries_total"):
         assert sample(metrics, name) == 0
@@ -144,13 +150,15 @@ def test_observers_pass_every_event_to_each_in_order(metrics):
     both = Observers([PrometheusObserver(metrics), recorder])
     both.received(1)
     both.matched("orders")
-    both.invocation_started("orders", "app.h", 1)
-    both.invocation_finished("orders", "app.h", 1, None)
+    both.invocation_started(attempt(1))
+    both.invocation_finished(attempt(1), None)
+    both.invocation_expired(attempt())
     both.limit_waited("orders", Limit.KEY, 0.5)
     both.settled(UNMATCHED, 1)
     both.expired("orders")
     assert [event[0] for event in recorder.events] == ["received", "matched", "invocation_started",
-                                                       "invocation_finished", "limit_waited", "settled", "expired"]
+                                                       "invocation_finished", "invocation_expired", "limit_waited",
+                                                       "settled", "expired"]
     assert sample(metrics, "events_received_total") == 1 and sample(metrics, "events_processed_total") == 1
     assert sample(metrics, "events_expired_total", function="orders") == 1
 

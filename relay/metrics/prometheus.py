@@ -26,6 +26,7 @@ from relay.stream.verdict import Settlement, Verdict
 if TYPE_CHECKING:
     from relay.live.status import FunctionStatus
     from relay.runtime.invocation import Outcome
+    from relay.stream.seams import Attempt
 
 DURATION_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 30, 60, 120, 300)
 BUILD_BUCKETS = (0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
@@ -81,6 +82,8 @@ class Metrics:
                                                                              "worker had already published.")
         self.schedule_failures = counter("schedule_publish_failures", "Schedule occurrences this worker could "
                                                                       "not publish.")
+        self.runs_unrecorded = counter("runs_unrecorded", "Run records the run ledger could not write to Redis "
+                                                          "(relay runs does not show those attempts).")
         self.handler_duration = Histogram("handler_duration_seconds", "Handler invocation wall time.",
                                           ("function", "handler"), buckets=DURATION_BUCKETS, registry=registry)
         self.build_duration = Histogram("function_build_seconds", "Function image preparation time.",
@@ -118,17 +121,18 @@ class PrometheusObserver:
     def matched(self, function: str) -> None:
         self.metrics.function_events.labels(function).inc()
 
-    def invocation_started(self, function: str, handler: str, attempt: int) -> None:
+    def invocation_started(self, attempt: Attempt) -> None:
         self.metrics.in_flight.inc()
 
-    def invocation_finished(self, function: str, handler: str, attempt: int, outcome: Outcome | None) -> None:
+    def invocation_finished(self, attempt: Attempt, outcome: Outcome | None) -> None:
         """An engine that could not be reached is not an invocation of the handler: only in-flight counts it."""
         metrics = self.metrics
         metrics.in_flight.dec()
         if outcome is None or outcome.engine_unavailable:
             return
+        function, handler = attempt.function, attempt.handler
         metrics.handler_duration.labels(function, handler).observe(outcome.duration)
-        if attempt > 1:
+        if attempt.number > 1:
             metrics.retries.inc()
             metrics.function_retries.labels(function).inc()
         if outcome.ok:
@@ -139,6 +143,9 @@ class PrometheusObserver:
             metrics.handler_failure.inc()
             metrics.function_failure.labels(function).inc()
             metrics.handler_invocations.labels("timeout" if outcome.timed_out else "failure", function, handler).inc()
+
+    def invocation_expired(self, attempt: Attempt) -> None:
+        pass   # counted per entry and function by ``expired``
 
     def limit_waited(self, function: str, limit: Limit, seconds: float) -> None:
         metrics = self.metrics

@@ -56,6 +56,10 @@ class Outcome:
     timed_out: bool = False
     error: str | None = None  # why it is not ok; never contains env or secret values
     engine_unavailable: bool = False  # no container to run on (engine unreachable, warm start failed): not charged
+    stdout_tail: str = ""     # the end of what the handler wrote on stdout (relay.runtime.output.TAIL_BYTES)
+    stderr_tail: str = ""     # ... and on stderr
+    container_id: str | None = None   # the container it ran in, when one was created
+    warm: bool = False        # run by the warm executor
 
     @classmethod
     def not_started(cls, error: str) -> Outcome:

@@ -34,6 +34,7 @@ starts.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import random
 import time
@@ -46,11 +47,12 @@ import redis
 from relay.durations import format_duration
 from relay.errors import RelayError
 from relay.runtime.invocation import Invocation, Outcome
+from relay.secrets.masking import mask, secret_pieces
 from relay.stream import markers, seams
 from relay.stream.keys import idempotency_key, target_field
 from relay.stream.markers import Action, Marker, decide
 from relay.stream.plans import Plan
-from relay.stream.seams import Refusal, RetryDue
+from relay.stream.seams import Attempt, Refusal, RetryDue
 from relay.stream.settle import takes_prelude
 from relay.stream.verdict import (
     OPEN,
@@ -129,6 +131,7 @@ class Dispatcher:
                 if standing.status is Status.EXPIRED:
                     log.info("Entry older than max_event_age; handler not run", extra=_attrs(
                         plan, target, reason=expiry_reason(plan, target, now), on_expired=target.rule.on_expired))
+                    self.observer.invocation_expired(self._attempt(plan, target, marker.attempts, now))
                 outcomes[index] = standing
             elif decision.action is Action.SKIP_BUSY:
                 log.debug("Invocation running elsewhere or backing off; entry left pending",
@@ -155,8 +158,9 @@ class Dispatcher:
                     break                 # abort on the first failure
                 unwritten = field
         settlement = decide_settlement(plan, outcomes, stored=stored, now=self.clock())
-        self._settle(plan, settlement, unwritten)
-        return retry if settlement.verdict is Verdict.LEAVE_PENDING else None
+        retry = retry if settlement.verdict is Verdict.LEAVE_PENDING else None
+        self._settle(plan, settlement, unwritten, retry)
+        return retry
 
     def _unpublished(self, plan: Plan) -> Settlement | None:
         """None when *plan*, a schedule occurrence, is the entry Relay's scheduler published; else how to
@@ -169,7 +173,7 @@ class Dispatcher:
             return OPEN
         return decide_provenance(plan, published)
 
-    def _settle(self, plan: Plan, settlement: Settlement, unwritten: str | None) -> None:
+    def _settle(self, plan: Plan, settlement: Settlement, unwritten: str | None, retry: RetryDue | None) -> None:
         """Settle the entry, with the marker of the target that completed last (*unwritten*).
 
         When the entry is acknowledged and its state cleared, the marker goes in
@@ -177,13 +181,13 @@ class Dispatcher:
         written first, on its own.
         """
         if unwritten is None:
-            self.settler.settle(plan, settlement)
+            self.settler.settle(plan, settlement, retry=retry)
         elif takes_prelude(settlement):
             self.settler.settle(plan, settlement,
                                 prelude=lambda pipe: self.store.queue_complete(pipe, plan.message_id, unwritten))
         else:
             self.store.complete(plan.message_id, unwritten)
-            self.settler.settle(plan, settlement)
+            self.settler.settle(plan, settlement, retry=retry)
 
     # --- one invocation ---------------------------------------------------------
 
@@ -210,16 +214,22 @@ class Dispatcher:
 
     def _execute(self, plan: Plan, target: Target, attempt: int) -> Outcome:
         """The attempt's Outcome, between the invocation_started and invocation_finished events."""
-        name, handler = target.active.name, target.rule.handler
-        self.observer.invocation_started(name, handler, attempt)
+        started = self._attempt(plan, target, attempt, self.clock())
+        self.observer.invocation_started(started)
         outcome = None
         try:
-            outcome = self._invoke(plan, target, attempt)
+            outcome = self._invoke(plan, target, started)
             return outcome
         finally:
-            self.observer.invocation_finished(name, handler, attempt, outcome)
+            self.observer.invocation_finished(started, outcome)
 
-    def _invoke(self, plan: Plan, target: Target, attempt: int) -> Outcome:
+    def _attempt(self, plan: Plan, target: Target, number: int, now: int) -> Attempt:
+        return Attempt(message_id=plan.message_id, event_id=plan.event_id, function=target.active.name,
+                       handler=target.rule.handler, rule=target_field(target), number=number,
+                       idempotency_key=plan.occurrence or idempotency_key(self.stream, plan.message_id, target),
+                       started_at=now, replay_of=plan.replay_of)
+
+    def _invoke(self, plan: Plan, target: Target, attempt: Attempt) -> Outcome:
         active = target.active
         assert plan.payload is not None, "an entry with targets was read as text"
         try:
@@ -231,9 +241,14 @@ class Dispatcher:
             payload=plan.payload.encode(), timeout=target.rule.timeout, env=env,
             message_id=plan.message_id, event_id=plan.event_id, event_name=plan.event_name,
             network=active.function.template.network, runtime=active.function.template.runtime,
-            warm=active.function.template.warm, attempt=attempt,
-            idempotency_key=plan.occurrence or idempotency_key(self.stream, plan.message_id, target))
-        return self.executor.run(invocation)
+            warm=active.function.template.warm, attempt=attempt.number, idempotency_key=attempt.idempotency_key)
+        outcome = self.executor.run(invocation)
+        secrets = active.function.template.secrets
+        if secrets and (outcome.stdout_tail or outcome.stderr_tail):
+            pieces = secret_pieces(env[variable] for variable in secrets if variable in env)
+            outcome = dataclasses.replace(outcome, stdout_tail=mask(outcome.stdout_tail, pieces),
+                                          stderr_tail=mask(outcome.stderr_tail, pieces))
+        return outcome
 
     def _record(self, plan: Plan, target: Target, attempt: int, outcome: Outcome) -> TargetOutcome:
         attrs = _attrs(plan, target, attempt=attempt, duration=f"{outcome.duration:.3f}s",

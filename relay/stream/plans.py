@@ -66,6 +66,7 @@ class Plan:
     event_bytes: int = 0         # the event field's size when it was too big to read (raw is cut)
     trimmed: bool = False        # the entry was trimmed away while it was pending: nothing left to run
     occurrence: str | None = None  # a schedule occurrence's id (its idempotency key)
+    replay_of: str | None = None   # the entry a ``relay replay`` copy was made of
 
     @property
     def kept(self) -> str | bytes | None:

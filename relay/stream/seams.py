@@ -6,7 +6,7 @@ its own pieces, and a second execution path (warm containers) only has to
 fit the Executor seam. relay.wiring puts the real ones together.
 
 Types only: the Protocols, and the few plain values and aliases that cross
-them (RetryDue, Refusal, EntryIds, Prelude). The imports the annotations need are for
+them (Attempt, RetryDue, Refusal, EntryIds, Prelude). The imports the annotations need are for
 the type checker alone, so importing this module costs nothing, and nothing
 here imports the modules that implement the seams: this is a leaf of the
 stream engine, below the dispatcher and the Settler.
@@ -42,6 +42,21 @@ EntryIds = Sequence[str | bytes]
 
 Prelude = Callable[["Pipeline"], object]
 """Puts commands on the acknowledgment's pipeline (the Settler's ``settle``), ahead of the XACK."""
+
+
+@dataclass(frozen=True, slots=True)
+class Attempt:
+    """One attempt of one matched rule on one entry, as the hot path's observers hear of it."""
+
+    message_id: str
+    event_id: str | None
+    function: str
+    handler: str
+    rule: str                # the rule's field in the invocation state (relay.stream.keys.target_field)
+    number: int              # 1-based; for an expired rule, the attempts made before
+    idempotency_key: str
+    started_at: int          # unix nanoseconds
+    replay_of: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,13 +97,40 @@ class InvocationStore(Protocol):
 class Settler(Protocol):
     """Carries a Settlement out: the one place an entry is acknowledged or dead-lettered."""
 
-    def settle(self, plan: Plan, settlement: Settlement, prelude: Prelude | None = None) -> bool: ...
+    def settle(self, plan: Plan, settlement: Settlement, prelude: Prelude | None = None,
+               retry: RetryDue | None = None) -> bool: ...
 
     def settle_unmatched(self, message_ids: EntryIds) -> bool: ...
 
     def queue_unmatched(self, pipe: Pipeline, message_ids: EntryIds) -> None: ...
 
     def unmatched_acknowledged(self, message_ids: EntryIds, reply: object) -> bool: ...
+
+
+class RunLedger(Protocol):
+    """The run ledger as the Settler writes it (relay.runs.ledger.RunLedger): the records of an entry's
+    attempts, which it heard of as an Observer, go out with the entry's settlement. It never raises:
+    a record that cannot be written is counted and logged, and delivery goes on."""
+
+    def queue(self, pipe: Pipeline, plan: Plan, settlement: Settlement) -> int:
+        """Put the entry's records on *pipe*, the acknowledgment's; how many commands it added."""
+
+    def queued(self, plan: Plan, replies: Sequence[object]) -> None:
+        """Account for the replies to the commands ``queue`` added (exceptions for those that failed)."""
+
+    def write(self, plan: Plan, settlement: Settlement, retry: RetryDue | None = None) -> LastRun | None:
+        """Write the entry's records now (an entry dead-lettered or left pending); its last run's
+        summary for a dead-letter entry, when this dispatch ran one."""
+
+
+@dataclass(frozen=True, slots=True)
+class LastRun:
+    """What a dead-letter entry says of the attempt that ran last (relay.stream.keys DLQ_RUN_*)."""
+
+    run_id: str | None       # None when its record could not be written
+    status: str
+    exit_code: int | None
+    stderr: str              # its end (relay.runs.record.DLQ_STDERR_BYTES)
 
 
 class Provenance(Protocol):
@@ -172,11 +214,16 @@ class Observer(Protocol):
     def matched(self, function: str) -> None:
         """An event matched at least one rule of *function* and goes to dispatch."""
 
-    def invocation_started(self, function: str, handler: str, attempt: int) -> None:
-        """Attempt *attempt* is about to run: its slots are held and the attempt is claimed."""
+    def invocation_started(self, attempt: Attempt) -> None:
+        """*attempt* is about to run: its slots are held and the attempt is claimed."""
 
-    def invocation_finished(self, function: str, handler: str, attempt: int, outcome: Outcome | None) -> None:
-        """The attempt's outcome; None when running it raised. Follows every invocation_started."""
+    def invocation_finished(self, attempt: Attempt, outcome: Outcome | None) -> None:
+        """The attempt's outcome; None when running it raised. Follows every invocation_started.
+        The outcome's output tails have the invocation's secret values masked."""
+
+    def invocation_expired(self, attempt: Attempt) -> None:
+        """A rule was not run on this delivery, its entry being older than its max_event_age
+        (*attempt* numbers the attempts made before; it never started)."""
 
     def limit_waited(self, function: str, limit: Limit, seconds: float) -> None:
         """*limit* (the rate or the concurrency key) refused an invocation of *function* at least once;

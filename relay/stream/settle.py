@@ -7,6 +7,13 @@ instead of losing it. Both are one Lua script (``_DEAD_LETTER``): Redis
 replicates and persists a script's writes together, so no crash or
 failover can keep the dead-letter entry and lose the acknowledgment, which
 would dead-letter the entry a second time.
+
+The run ledger (relay.runs.ledger, a seams.RunLedger) goes out with the
+settle: an acknowledged entry's records on the acknowledgment's pipeline,
+a dead-lettered entry's just before its dead-letter entry, which then
+names the last attempt's run id, status, exit code and end of stderr.
+The ledger's commands never decide the settle: a refused XADD is counted
+by the ledger and the XACK stands.
 """
 
 from __future__ import annotations
@@ -20,7 +27,7 @@ from redis.typing import EncodableT, FieldT
 from relay.stream import keys, seams
 from relay.stream.keys import StreamAddress, dlq_stream
 from relay.stream.plans import Plan
-from relay.stream.seams import EntryIds, Prelude
+from relay.stream.seams import EntryIds, LastRun, Prelude, RetryDue
 from relay.stream.verdict import UNMATCHED, Settlement, Verdict
 
 __all__ = ["Settler", "dlq_stream", "takes_prelude"]
@@ -45,28 +52,37 @@ return 1
 
 
 class Settler:
-    def __init__(self, client: redis.Redis, address: StreamAddress, observer: seams.Observer) -> None:
+    def __init__(self, client: redis.Redis, address: StreamAddress, observer: seams.Observer,
+                 ledger: seams.RunLedger | None = None) -> None:
         self.client = client
         self.address = address
         self.observer = observer
+        self.ledger = ledger
         self.dlq = dlq_stream(address.stream)
         self._dead_letter_script = client.register_script(_DEAD_LETTER)
 
-    def settle(self, plan: Plan, settlement: Settlement, prelude: Prelude | None = None) -> bool:
+    def settle(self, plan: Plan, settlement: Settlement, prelude: Prelude | None = None,
+               retry: RetryDue | None = None) -> bool:
         """Carry out *settlement* for *plan*'s entry; False when Redis failed (the entry stays pending).
 
         *prelude* puts commands on the acknowledgment's pipeline, ahead of the
         XACK (the marker of the invocation that completed last): one round trip
         for both. Only an ACK that clears state takes one (``takes_prelude``).
+        *retry* is when the next attempt of an entry left pending is due, for the ledger.
         """
         if prelude is not None and not takes_prelude(settlement):
             raise ValueError(f"a {settlement.verdict.name} settlement takes no prelude")
+        ledger = self.ledger
         if settlement.verdict is Verdict.ACK:
-            done = self._ack([plan.message_id], clear_state=settlement.clear_state, prelude=prelude)
+            done = self._ack([plan.message_id], clear_state=settlement.clear_state, prelude=prelude, plan=plan,
+                             settlement=settlement)
         elif settlement.verdict is Verdict.DEAD_LETTER:
+            last = ledger.write(plan, settlement) if ledger is not None else None
             done = self._dead_letter(plan.message_id, plan.kept, settlement.reason or "", settlement.attempts,
-                                     settlement.event_bytes, settlement.occurrence)
+                                     settlement.event_bytes, settlement.occurrence, last)
         else:
+            if ledger is not None:
+                ledger.write(plan, settlement, retry)
             done = True
         if done:
             self.observer.settled(settlement, 1)
@@ -110,21 +126,32 @@ class Settler:
         self.observer.settled(UNMATCHED, len(message_ids))
         return True
 
-    def _ack(self, message_ids: list[str], clear_state: bool = True, prelude: Prelude | None = None) -> bool:
-        """XACK the entries and clear their invocation state; False when Redis failed."""
+    def _ack(self, message_ids: list[str], clear_state: bool = True, prelude: Prelude | None = None,
+             plan: Plan | None = None, settlement: Settlement | None = None) -> bool:
+        """XACK the entries and clear their invocation state, with *plan*'s ledger records; False when
+        Redis failed."""
         if not message_ids:
             return True
-        stream, group = self.address.stream, self.address.group
+        stream, group, ledger = self.address.stream, self.address.group, self.ledger
         try:
             if clear_state:
                 pipe = self.client.pipeline(transaction=False)
                 if prelude is not None:
                     prelude(pipe)
+                first = len(pipe)
+                recorded = ledger.queue(pipe, plan, settlement) if ledger and plan and settlement else 0
                 pipe.xack(stream, group, *message_ids)
                 pipe.delete(*(keys.invocation_key(stream, group, message_id) for message_id in message_ids))
-                pipe.execute()
+                replies = pipe.execute(raise_on_error=False)
+                if ledger and plan and recorded:
+                    ledger.queued(plan, replies[first:first + recorded])
+                for reply in replies[:first] + replies[first + recorded:]:
+                    if isinstance(reply, Exception):
+                        raise reply
             else:
                 self.client.xack(stream, group, *message_ids)
+                if ledger and plan and settlement:
+                    ledger.write(plan, settlement)
         except redis.RedisError as error:
             log.warning("Cannot acknowledge entries; they stay pending",
                         extra={"count": len(message_ids), "first_message_id": message_ids[0], "error": str(error)})
@@ -132,14 +159,15 @@ class Settler:
         return True
 
     def _dead_letter(self, message_id: str, payload: str | bytes | None, reason: str, attempts: int,
-                     event_bytes: int = 0, occurrence: str | None = None) -> bool:
+                     event_bytes: int = 0, occurrence: str | None = None, last: LastRun | None = None) -> bool:
         """Write the entry to the dead-letter stream, then acknowledge it and clear its state, in one script.
 
         *payload* is the event as text, or as bytes when it is not UTF-8; with
         *event_bytes* set, it is only the start of an event that size, and the
         entry says so (``truncated``, ``event_bytes``). *occurrence* is the id
         of the schedule occurrence Relay published as this entry, kept in the
-        ``schedule`` field so that a redrive runs the occurrence again.
+        ``schedule`` field so that a redrive runs the occurrence again. *last* is
+        what the ledger says of the attempt that ran last, when one ran in this dispatch.
         """
         fields: dict[FieldT, EncodableT] = {
             keys.DLQ_ORIGINAL_STREAM: self.address.stream,
@@ -155,6 +183,14 @@ class Settler:
             fields.update({keys.DLQ_TRUNCATED: "true", keys.DLQ_EVENT_BYTES: str(event_bytes)})
         if occurrence is not None:
             fields[keys.DLQ_SCHEDULE] = occurrence
+        if last is not None:
+            if last.run_id is not None:
+                fields[keys.DLQ_RUN_ID] = last.run_id
+            fields[keys.DLQ_RUN_STATUS] = last.status
+            if last.exit_code is not None:
+                fields[keys.DLQ_EXIT_CODE] = str(last.exit_code)
+            if last.stderr:
+                fields[keys.DLQ_STDERR] = last.stderr
         stream, group = self.address.stream, self.address.group
         try:
             self._dead_letter_script(

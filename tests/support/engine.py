@@ -18,9 +18,11 @@ from relay.functions import ActiveFunction, parse_template
 from relay.functions.function import Function
 from relay.live.catalog import Catalog
 from relay.metrics.prometheus import Metrics
+from relay.runs.ledger import RunLedger
 from relay.stream import markers
 from relay.stream.group import ensure_group
-from relay.stream.keys import StreamAddress, dlq_stream
+from relay.runs.record import decode
+from relay.stream.keys import StreamAddress, dlq_stream, runs_stream
 from relay.wiring import build_engine
 
 STREAM, GROUP, CONSUMER = "events", "relay", "worker-1"
@@ -38,6 +40,10 @@ class Result:
     timed_out: bool = False
     error: str | None = None
     engine_unavailable: bool = False
+    stdout_tail: str = ""
+    stderr_tail: str = ""
+    container_id: str | None = None
+    warm: bool = False
 
 
 class ScriptedExecutor:
@@ -102,19 +108,22 @@ class Engine:
     """
 
     def __init__(self, client, functions, max_concurrency=8, buffered=16, env=None, observers=(), clock=None,
-                 reclaim_interval=0.0, address=ADDRESS, limits=None, slot_wait=0.05):
+                 reclaim_interval=0.0, address=ADDRESS, limits=None, slot_wait=0.05, ledger=True, **ledger_options):
         self.client = client
         self.clock = clock or Clock()
         self.executor = ScriptedExecutor()
         self.metrics = Metrics()
         self.catalog = Catalog(functions)
         ensure_group(client, STREAM, GROUP)
+        # The ledger keeps Redis's time (its records' ids), not the engine's clock.
+        self.ledger = RunLedger(client, address.stream, host="test-host", pid=4242,
+                                unrecorded=self.metrics.runs_unrecorded.inc, **ledger_options) if ledger else None
         wired = build_engine(client, address, catalog=self.catalog, executor=self.executor,
                              environment=env or (lambda fn: dict(fn.template.env)), pins=NoPins(),
                              metrics=self.metrics, observers=observers, max_concurrency=max_concurrency,
                              max_buffered_events=buffered,
                              clock=self.clock, slot_wait=slot_wait, block_ms=10, min_idle=0,
-                             reclaim_interval=reclaim_interval, limits=limits)
+                             reclaim_interval=reclaim_interval, limits=limits, ledger=self.ledger)
         self.settler, self.store, self.slots, self.limits = wired.settler, wired.store, wired.slots, wired.limits
         self.dispatcher, self.consumer = wired.dispatcher, wired.consumer
 
@@ -146,6 +155,10 @@ class Engine:
         """The dead-letter entries as text; bytes that are not UTF-8 come back as surrogates."""
         return [{key.decode(): value.decode("utf-8", "surrogateescape") for key, value in fields.items()}
                 for _id, fields in self.client.xrange(dlq_stream(STREAM))]
+
+    def runs(self):
+        """The run ledger's records, oldest first (relay.runs.record.Run)."""
+        return [decode(run_id, fields) for run_id, fields in self.client.xrange(runs_stream(STREAM))]
 
     def handlers_called(self):
         return [(call.function, call.handler) for call in self.executor.calls]

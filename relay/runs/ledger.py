@@ -1,0 +1,219 @@
+"""The worker's side of the run ledger: records of the engine's attempts, written with the settle.
+
+RunLedger is an Observer of the stream engine (relay.stream.seams): it
+hears each attempt end (``invocation_finished``) and each rule not run
+because its entry expired, and keeps the record in memory under the
+entry's id. It writes nothing then. The Settler hands the entry's records
+to Redis with the settlement (relay.stream.seams.RunLedger): for an
+acknowledged entry, on the acknowledgment's own pipeline (``queue``), so the
+hot path pays no round trip; for a dead-lettered one, just before the
+dead-letter script, so that entry can name its last run's id (``write``);
+for one left pending, on their own. The last record of a dispatch says how
+the entry was settled.
+
+The ledger never holds up delivery: its commands share a pipeline with the
+acknowledgment but not its fate (a refused XADD does not stop the XACK),
+and a record that could not be written is counted
+(``relay_runs_unrecorded_total``) with one WARN per run of failures. Every
+XADD caps the stream near RUNS_MAX_ENTRIES; at most once a minute an XTRIM
+MINID drops records older than RUNS_MAX_AGE, on the same pipeline.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+import redis
+from redis.typing import EncodableT, FieldT
+
+from relay.runs.record import (
+    DLQ_STDERR_BYTES,
+    SETTLEMENT,
+    TAIL_BYTES,
+    Run,
+    RunStatus,
+    Settled,
+    status_of,
+    tail,
+)
+from relay.stream.keys import runs_stream
+from relay.stream.seams import Attempt, LastRun, RetryDue
+from relay.stream.verdict import Settlement, Verdict
+
+if TYPE_CHECKING:
+    from redis.client import Pipeline
+
+    from relay.runtime.invocation import Outcome
+    from relay.stream.limits import Limit
+    from relay.stream.plans import Plan
+
+log = logging.getLogger("relay.runs.ledger")
+
+DEFAULT_MAX_ENTRIES = 100_000
+DEFAULT_MAX_AGE_MS = 7 * 24 * 3600 * 1000
+TRIM_INTERVAL_MS = 60_000
+MAX_PENDING_ENTRIES = 10_000   # entries whose records wait for their settle; more means a settle was lost
+
+
+class RunLedger:
+    def __init__(self, client: redis.Redis, stream: str, *, host: str, pid: int,
+                 max_entries: int = DEFAULT_MAX_ENTRIES, max_age_ms: int = DEFAULT_MAX_AGE_MS,
+                 unrecorded: Callable[[int], object] = lambda count: None,
+                 clock_ms: Callable[[], int] = lambda: time.time_ns() // 1_000_000) -> None:
+        """*unrecorded* is told how many records could not be written, each time some could not."""
+        self.client = client
+        self.key = runs_stream(stream)
+        self.host = host
+        self.pid = pid
+        self.max_entries = max_entries
+        self.max_age_ms = max_age_ms
+        self._unrecorded = unrecorded
+        self._clock_ms = clock_ms
+        self._pending: dict[str, list[Run]] = {}
+        self._next_trim = 0
+        self._failing = False
+
+    # --- the engine's events (relay.stream.seams.Observer) --------------------------
+
+    def invocation_finished(self, attempt: Attempt, outcome: Outcome | None) -> None:
+        self._add(attempt, self._run(attempt, outcome))
+
+    def invocation_expired(self, attempt: Attempt) -> None:
+        self._add(attempt, replace(self._named(attempt), status=RunStatus.EXPIRED))
+
+    def received(self, count: int) -> None:
+        pass
+
+    def matched(self, function: str) -> None:
+        pass
+
+    def invocation_started(self, attempt: Attempt) -> None:
+        pass
+
+    def limit_waited(self, function: str, limit: Limit, seconds: float) -> None:
+        pass
+
+    def settled(self, settlement: Settlement, count: int) -> None:
+        pass
+
+    def expired(self, function: str) -> None:
+        pass
+
+    # --- writing, with the settle (relay.stream.seams.RunLedger) --------------------
+
+    def queue(self, pipe: Pipeline, plan: Plan, settlement: Settlement) -> int:
+        records = self._take(plan, settlement, None)
+        if not records:
+            return 0
+        for record in records:
+            pipe.xadd(self.key, _entry(record), maxlen=self.max_entries, approximate=True)
+        return len(records) + self._queue_trim(pipe)
+
+    def queued(self, plan: Plan, replies: Sequence[object]) -> None:
+        failed = [reply for reply in replies if isinstance(reply, Exception)]
+        self._account(len(failed), failed[0] if failed else None)
+
+    def write(self, plan: Plan, settlement: Settlement, retry: RetryDue | None = None) -> LastRun | None:
+        records = self._take(plan, settlement, retry)
+        if not records:
+            return None
+        pipe = self.client.pipeline(transaction=False)
+        for record in records:
+            pipe.xadd(self.key, _entry(record), maxlen=self.max_entries, approximate=True)
+        self._queue_trim(pipe)
+        try:
+            replies: list[object] = pipe.execute(raise_on_error=False)
+        except redis.RedisError as error:
+            replies = [error] * len(records)
+        self.queued(plan, replies)
+        ran = [(record, reply) for record, reply in zip(records, replies, strict=False)
+               if record.kind != SETTLEMENT and record.status is not RunStatus.EXPIRED]
+        if not ran:
+            return None
+        last, reply = ran[-1]
+        run_id = reply.decode() if isinstance(reply, bytes) else reply if isinstance(reply, str) else None
+        return LastRun(run_id=run_id, status=last.status.value if last.status else "",
+                       exit_code=last.exit_code, stderr=tail(last.stderr, DLQ_STDERR_BYTES))
+
+    # --- the records ------------------------------------------------------------------
+
+    def _named(self, attempt: Attempt) -> Run:
+        return Run(entry=attempt.message_id, event_id=attempt.event_id or "", function=attempt.function,
+                   handler=attempt.handler, rule=attempt.rule, attempt=attempt.number,
+                   key=attempt.idempotency_key, host=self.host, pid=self.pid, replay_of=attempt.replay_of or "",
+                   started_ms=attempt.started_at // 1_000_000)
+
+    def _run(self, attempt: Attempt, outcome: Outcome | None) -> Run:
+        if outcome is None:
+            return replace(self._named(attempt), status=RunStatus.FAILED,
+                           error="Relay failed while running it (see its log)")
+        return replace(self._named(attempt), duration_ms=round(outcome.duration * 1000, 3), status=status_of(outcome),
+                   exit_code=outcome.exit_code, error=outcome.error or "",
+                   mode=("warm" if outcome.warm else "cold") if outcome.container_id else "",
+                   container=outcome.container_id or "",
+                   stdout=tail(outcome.stdout_tail, TAIL_BYTES), stderr=tail(outcome.stderr_tail, TAIL_BYTES))
+
+    def _add(self, attempt: Attempt, record: Run) -> None:
+        pending = self._pending
+        records = pending.get(attempt.message_id)
+        if records is None:
+            if len(pending) >= MAX_PENDING_ENTRIES:
+                lost = pending.pop(next(iter(pending)))
+                self._account(len(lost), None)
+            records = pending[attempt.message_id] = []
+        records.append(record)
+
+    def _take(self, plan: Plan, settlement: Settlement, retry: RetryDue | None) -> list[Run]:
+        """The entry's records, the last one saying how it was settled; a settlement record alone when
+        the entry with targets was acknowledged or dead-lettered without an attempt here."""
+        records = self._pending.pop(plan.message_id, [])
+        settled, retry_at = _settled(settlement, retry, self._clock_ms())
+        reason = settlement.reason or "" if settlement.verdict is Verdict.DEAD_LETTER else ""
+        if records:
+            last = records[-1]
+            records[-1] = replace(last, settled=settled, retry_at_ms=retry_at, reason=reason)
+        elif plan.targets and settlement.verdict is not Verdict.LEAVE_PENDING:
+            records.append(Run(kind=SETTLEMENT, entry=plan.message_id, event_id=plan.event_id or "",
+                               function=",".join(dict.fromkeys(t.active.name for t in plan.targets)),
+                               host=self.host, pid=self.pid, started_ms=self._clock_ms(), settled=settled,
+                               reason=reason, replay_of=plan.replay_of or ""))
+        return records
+
+    def _queue_trim(self, pipe: Pipeline) -> int:
+        now = self._clock_ms()
+        if now < self._next_trim:
+            return 0
+        self._next_trim = now + TRIM_INTERVAL_MS
+        pipe.xtrim(self.key, minid=f"{max(0, now - self.max_age_ms)}-0", approximate=True)
+        return 1
+
+    def _account(self, failed: int, error: object) -> None:
+        if failed:
+            self._unrecorded(failed)
+            if not self._failing:
+                self._failing = True
+                log.warning("Cannot write to the run ledger; runs go unrecorded until it can",
+                            extra={"ledger": self.key, "count": failed, "error": str(error)})
+        elif self._failing:
+            self._failing = False
+            log.info("The run ledger is written again", extra={"ledger": self.key})
+
+
+def _entry(record: Run) -> dict[FieldT, EncodableT]:
+    fields: dict[FieldT, EncodableT] = {name: value for name, value in record.fields().items()}
+    return fields
+
+
+def _settled(settlement: Settlement, retry: RetryDue | None, now_ms: int) -> tuple[Settled, int | None]:
+    if settlement.verdict is Verdict.ACK:
+        return Settled.ACKNOWLEDGED, None
+    if settlement.verdict is Verdict.DEAD_LETTER:
+        return Settled.DEAD_LETTERED, None
+    if retry is not None and retry.after_failure:
+        return Settled.RETRY_DUE, now_ms + int(retry.delay * 1000)
+    return Settled.PENDING, None
+
