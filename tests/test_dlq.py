@@ -95,6 +95,23 @@ def test_show_and_json_name_the_schedule_occurrence_a_dead_letter_was(dlq, redis
     assert [record["schedule"] for record in records] == [occurrence, None]
 
 
+def test_show_and_json_give_the_last_attempt_s_outcome_and_run(dlq, redis_client):
+    entry = dead_letter(redis_client, **{keys.DLQ_RUN_ID: "1796600000000-3", keys.DLQ_RUN_STATUS: "killed",
+                                         keys.DLQ_EXIT_CODE: "137",
+                                         keys.DLQ_STDERR: "Traceback (most recent call last):\nMemoryError\x1b[2J"})
+    unwritten = dead_letter(redis_client, **{keys.DLQ_RUN_STATUS: "timed out"})
+    shown = dlq("show", entry).stdout
+    assert "Last attempt:    killed, exit code 137\n" in shown
+    assert "Run:             1796600000000-3 (relay runs show 1796600000000-3)\n" in shown
+    assert shown.endswith("Stderr (its end):\n  Traceback (most recent call last):\n  MemoryError\\x1b[2J\n")
+    assert "Last attempt:    timed out\n" in dlq("show", unwritten).stdout
+    assert "could not be written to the run ledger" in dlq("show", unwritten).stdout
+    records = [json.loads(line) for line in dlq("ls", "--json").stdout.splitlines()]
+    assert [(record["run_id"], record["run_status"], record["exit_code"]) for record in records] == [
+        ("1796600000000-3", "killed", 137), (None, "timed out", None)]
+    assert records[0]["stderr"].endswith("MemoryError\x1b[2J")
+
+
 HOSTILE = "\x1b]0;owned\x07\x1b[2J\x9b31m\u202e\x7f\r\x00"   # title, clear screen, C1 CSI, bidi override, DEL
 
 

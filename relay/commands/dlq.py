@@ -121,12 +121,20 @@ def _show(letters: DeadLetters, args: Arguments, stdout: TextIO) -> int:
              ("Functions", _shown(", ".join(letter.targets)) or "-"), ("Reason", _shown(_one_line(letter.reason)))]
     if letter.schedule is not None:
         lines.append(("Schedule", _shown(letter.schedule)))
+    if letter.run_status is not None:
+        code = f", exit code {letter.exit_code}" if letter.exit_code is not None else ""
+        lines.append(("Last attempt", f"{_shown(letter.run_status)}{code}"))
+        lines.append(("Run", f"{_shown(letter.run_id)} (relay runs show {_shown(letter.run_id)})"
+                      if letter.run_id else "- (its record could not be written to the run ledger)"))
     if letter.truncated:
         size = "was too big to keep whole" if letter.event_bytes is None else f"had {letter.event_bytes} bytes"
         lines.append(("Truncated", f"yes: the event {size}; the first {len(letter.event)} are kept"))
     for name, value in lines:
         stdout.write(f"{name + ':':<17}{value}\n")
     stdout.write("Event:\n" + _pretty(letter.event) + "\n")
+    if letter.stderr:
+        stdout.write("Stderr (its end):\n" + "\n".join(
+            "  " + _shown(line) for line in letter.stderr.splitlines()) + "\n")
     return 0
 
 
@@ -192,7 +200,8 @@ def _record(letter: DeadLetter) -> dict[str, object]:
         "dlq_id": letter.dlq_id, "original_id": letter.original_id, "original_stream": letter.original_stream,
         "group": letter.group, "consumer": letter.consumer, "reason": letter.reason, "attempts": letter.attempts,
         "timestamp": letter.timestamp, "targets": list(letter.targets), "truncated": letter.truncated,
-        "event_bytes": letter.event_bytes, "schedule": letter.schedule}
+        "event_bytes": letter.event_bytes, "schedule": letter.schedule, "run_id": letter.run_id,
+        "run_status": letter.run_status, "exit_code": letter.exit_code, "stderr": letter.stderr or None}
     try:
         record["event"] = letter.event.decode("utf-8")
     except UnicodeDecodeError:

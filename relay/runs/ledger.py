@@ -73,7 +73,8 @@ class RunLedger:
         self.max_age_ms = max_age_ms
         self._unrecorded = unrecorded
         self._clock_ms = clock_ms
-        self._pending: dict[str, list[Run]] = {}
+        self._pending: dict[str, list[Run]] = {}   # entry id → its records, until its settle
+        self._queued: dict[str, int] = {}          # entry id → records on a pipeline not yet sent
         self._next_trim = 0
         self._failing = False
 
@@ -111,10 +112,12 @@ class RunLedger:
             return 0
         for record in records:
             pipe.xadd(self.key, _entry(record), maxlen=self.max_entries, approximate=True)
+        self._queued[plan.message_id] = len(records)
         return len(records) + self._queue_trim(pipe)
 
     def queued(self, plan: Plan, replies: Sequence[object]) -> None:
-        failed = [reply for reply in replies if isinstance(reply, Exception)]
+        records = self._queued.pop(plan.message_id, len(replies))
+        failed = [reply for reply in replies[:records] if isinstance(reply, Exception)]
         self._account(len(failed), failed[0] if failed else None)
 
     def write(self, plan: Plan, settlement: Settlement, retry: RetryDue | None = None) -> LastRun | None:
@@ -129,7 +132,8 @@ class RunLedger:
             replies: list[object] = pipe.execute(raise_on_error=False)
         except redis.RedisError as error:
             replies = [error] * len(records)
-        self.queued(plan, replies)
+        failed = [reply for reply in replies[:len(records)] if isinstance(reply, Exception)]
+        self._account(len(failed), failed[0] if failed else None)
         ran = [(record, reply) for record, reply in zip(records, replies, strict=False)
                if record.kind != SETTLEMENT and record.status is not RunStatus.EXPIRED]
         if not ran:

@@ -2,8 +2,10 @@
 
 ``relay dlq`` uses it; it is plain redis-py (no gevent). A dead-letter entry
 is the flat hash the settler writes (relay.stream.keys): original_stream,
-original_id, group, consumer, event, reason, attempts, timestamp, and
-truncated/event_bytes when the event was too big to keep whole.
+original_id, group, consumer, event, reason, attempts, timestamp,
+truncated/event_bytes when the event was too big to keep whole, and, when
+an attempt ran in the dispatch that gave up, that last attempt's run_id (its
+record in the run ledger), run_status, exit_code and the end of its stderr.
 
 Redrive adds each entry's event back to the stream as a new entry (fields
 ``event`` and ``redriven_from=<dead-letter id>``) and deletes the dead-letter
@@ -104,6 +106,10 @@ class DeadLetter:
     event_bytes: int | None = None
     attempts_text: str = ""
     schedule: str | None = None   # the occurrence id, when the entry was one Relay's scheduler published
+    run_id: str | None = None     # the last attempt's record in the run ledger, when it was written
+    run_status: str | None = None  # how that attempt ended (relay.runs.record.RunStatus), when it ran here
+    exit_code: int | None = None
+    stderr: str = ""              # the end of its stderr (2 KiB)
 
     @classmethod
     def of(cls, entry_id: bytes | str, fields: dict[bytes, bytes]) -> DeadLetter:
@@ -117,7 +123,9 @@ class DeadLetter:
             reason=text(keys.DLQ_REASON), attempts=_number(text(keys.DLQ_ATTEMPTS)),
             timestamp=text(keys.DLQ_TIMESTAMP), truncated=text(keys.DLQ_TRUNCATED) == "true",
             event_bytes=_number(text(keys.DLQ_EVENT_BYTES)), attempts_text=text(keys.DLQ_ATTEMPTS),
-            schedule=text(keys.DLQ_SCHEDULE) or None)
+            schedule=text(keys.DLQ_SCHEDULE) or None, run_id=text(keys.DLQ_RUN_ID) or None,
+            run_status=text(keys.DLQ_RUN_STATUS) or None, exit_code=_signed(text(keys.DLQ_EXIT_CODE)),
+            stderr=text(keys.DLQ_STDERR))
 
     @property
     def dead_lettered_ms(self) -> int:
@@ -219,6 +227,14 @@ def _checked(ids: Iterable[str]) -> list[str]:
         if not _ENTRY_ID.fullmatch(dlq_id):
             raise DeadLetterError(f"{dlq_id!r} is not a stream entry id (like 1700000000000-0)")
     return ids
+
+
+def _signed(text: str) -> int | None:
+    """An exit code: ``_number``, or ``-`` and one (a signal, as the engine may report it)."""
+    if text.startswith("-"):
+        value = _number(text[1:])
+        return -value if value is not None else None
+    return _number(text)
 
 
 def _number(text: str) -> int | None:

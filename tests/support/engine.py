@@ -19,9 +19,9 @@ from relay.functions.function import Function
 from relay.live.catalog import Catalog
 from relay.metrics.prometheus import Metrics
 from relay.runs.ledger import RunLedger
+from relay.runs.record import decode
 from relay.stream import markers
 from relay.stream.group import ensure_group
-from relay.runs.record import decode
 from relay.stream.keys import StreamAddress, dlq_stream, runs_stream
 from relay.wiring import build_engine
 
