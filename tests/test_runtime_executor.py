@@ -16,8 +16,8 @@ import pytest
 from relay.durations import SECOND
 from relay.functions.runtimes import RUNTIMES
 from relay.runtime.cold import ColdExecutor
-from relay.runtime.invocation import Invocation, redact
 from relay.runtime.containers import MEMORY_BYTES
+from relay.runtime.invocation import Invocation, redact
 from relay.runtime.output import MAX_LINE_BYTES, TAIL_BYTES, TRUNCATED
 from relay.runtime.recipes import dependency_recipe
 from tests.support.runtime import (

@@ -11,8 +11,9 @@ else -- a failed start, a timeout, an engine error, or the caller cancelling
 (a greenlet killed mid-run) -- and is idempotent.
 
 ``ColdExecutor.run`` blocks the calling thread or greenlet, never raises for
-a failing handler or an engine error (the Outcome says what happened), and
-is safe to call from many greenlets or threads at once. Its peer for
+a failing handler or an engine error (the Outcome says what happened, with
+the container's id and the tails of its output), and is safe to call from
+many greenlets or threads at once. Its peer for
 functions with ``warm:`` is relay.runtime.warm_pool.WarmExecutor;
 relay.runtime.executor.Router sends each invocation to one of them.
 """
