@@ -16,8 +16,9 @@ import pytest
 from relay.durations import SECOND
 from relay.functions.runtimes import RUNTIMES
 from relay.runtime.cold import ColdExecutor
+from relay.runtime.containers import MEMORY_BYTES
 from relay.runtime.invocation import Invocation, redact
-from relay.runtime.output import MAX_LINE_BYTES, TRUNCATED
+from relay.runtime.output import MAX_LINE_BYTES, TAIL_BYTES, TRUNCATED
 from relay.runtime.recipes import dependency_recipe
 from tests.support.runtime import (
     RuntimeEvents,
@@ -108,6 +109,42 @@ def test_python_failing_handler_exits_one_with_a_traceback(executor, images, out
     assert SECRET not in caplog.text and SECRET not in repr(outcome)
 
 
+def is_container_id(value):
+    return isinstance(value, str) and len(value) == 64 and all(digit in "0123456789abcdef" for digit in value)
+
+
+def test_the_outcome_carries_both_output_tails_the_exit_code_and_the_container(executor, images, output):
+    outcome = invoke(executor, images, "rt-python", "failing.handler")
+    assert (outcome.ok, outcome.exit_code, outcome.timed_out, outcome.killed, outcome.warm) == (False, 1, False,
+                                                                                                False, False)
+    assert is_container_id(outcome.container_id)
+    assert outcome.stdout_tail == "about to fail"
+    stderr = outcome.stderr_tail.split("\n")
+    assert stderr[0] == "Traceback (most recent call last):"
+    assert stderr[-1] == "RuntimeError: handler failed on purpose"
+    assert sorted(outcome.stdout_tail.split("\n") + stderr) == sorted(
+        lines(output, images, "rt-python", "failing.handler"))
+    assert "about to fail" not in repr(outcome)       # the handler's words may hold secrets: never in the repr
+
+
+def test_the_tails_are_the_last_4_kib_of_each_stream(executor, images, output):
+    outcome = invoke(executor, images, "rt-python", "chatty.many", {"lines": 1000})
+    assert outcome.ok and outcome.exit_code == 0
+    forwarded = lines(output, images, "rt-python", "chatty.many")
+    for stream, tail in (("out", outcome.stdout_tail), ("err", outcome.stderr_tail)):
+        assert tail == "\n".join(line for line in forwarded if line.startswith(stream))[-TAIL_BYTES:]
+        assert tail.endswith(f"{stream} 00998\n{stream} 00999")
+    long = invoke(executor, images, "rt-python", "chatty.handler")                # a 64 KiB line, cut, then one more
+    assert long.stdout_tail == ("z" * MAX_LINE_BYTES + TRUNCATED + "\nno newline at the end")[-TAIL_BYTES:]
+    assert long.stderr_tail == "to stderr"
+
+
+def test_a_handler_past_its_memory_limit_is_killed_not_timed_out(executor, images):
+    outcome = invoke(executor, images, "rt-python", "failing.memory", {"mib": 2 * MEMORY_BYTES // 2**20})
+    assert (outcome.ok, outcome.exit_code, outcome.timed_out, outcome.killed) == (False, 137, False, True)
+    assert outcome.stdout_tail == "allocating" and is_container_id(outcome.container_id)
+
+
 def test_the_exit_code_is_the_handlers(executor, images):
     outcome = invoke(executor, images, "rt-python", "failing.exits", {"code": 42})
     assert not outcome.ok and outcome.exit_code == 42
@@ -148,8 +185,9 @@ def test_a_timeout_kills_the_container_and_leaves_nothing(executor, images, outp
     started = time.monotonic()
     outcome = invoke(executor, images, "rt-python", "slow.handler", {"seconds": 60}, timeout=SECOND)
     assert time.monotonic() - started < 5
-    assert outcome.timed_out and not outcome.ok and outcome.exit_code is None
+    assert outcome.timed_out and not outcome.ok and outcome.exit_code is None and not outcome.killed
     assert outcome.error.endswith('handler "slow.handler": timed out after 1s')
+    assert outcome.stdout_tail == "started" and outcome.stderr_tail == "" and is_container_id(outcome.container_id)
     assert lines(output, images, "rt-python", "slow.handler") == ["started"]
     assert wait_until(lambda: not containers_of(docker_engine, hostname), timeout=5)
 
@@ -163,6 +201,7 @@ def test_a_missing_image_is_not_charged_and_is_reported_for_a_rebuild(docker_eng
                                       payload=b"{}", timeout=5 * SECOND, env={}))
     assert not outcome.ok and outcome.exit_code is None and not outcome.timed_out
     assert f"image {image} does not exist" in outcome.error and outcome.engine_unavailable
+    assert (outcome.container_id, outcome.stdout_tail, outcome.stderr_tail) == (None, "", "")
     assert events.missing == [(function.name, image)]
 
 

@@ -1,11 +1,23 @@
-"""Handler output forwarding: frames, lines, prefixes, caps."""
+"""Handler output forwarding: frames, lines, prefixes, caps, tails."""
 
 import io
 import struct
 
 import pytest
 
-from relay.runtime.output import MAX_LINE_BYTES, TRUNCATED, Frames, Lines, OutputForwarder, prefix
+from relay.runtime.output import (
+    MAX_LINE_BYTES,
+    STDERR,
+    STDOUT,
+    TAIL_BYTES,
+    TRUNCATED,
+    Frames,
+    Lines,
+    OutputForwarder,
+    Tail,
+    prefix,
+    teed,
+)
 
 
 def frame(stream, payload):
@@ -123,3 +135,89 @@ def test_a_failing_output_drops_lines_without_raising():
     forwarder.feed(frame(1, b"one\ntwo\n"))
     forwarder.close()
     assert isinstance(forwarder.failed, ValueError)
+
+
+# --- tails ---
+
+def tail_of(lines, limit=TAIL_BYTES):
+    tail = Tail(limit)
+    for line in lines:
+        tail.add(line)
+    return tail.text()
+
+
+def test_a_tail_of_nothing_is_empty():
+    assert Tail().text() == ""
+    assert TAIL_BYTES == 4096
+
+
+def test_a_tail_that_fits_holds_every_line_joined_with_newlines():
+    assert tail_of(["one", "", "three"]) == "one\n\nthree"
+
+
+def test_a_full_tail_is_the_last_bytes_of_the_lines():
+    assert tail_of(["0123", "4567", "8"], limit=11) == "0123\n4567\n8"   # exactly 11
+    assert tail_of(["0123", "4567", "89"], limit=10) == "23\n4567\n89"   # the oldest line kept keeps its end
+    assert tail_of(["0123", "4567", "89"], limit=8) == "4567\n89"        # a whole line goes with its newline
+    assert tail_of(["0123", "4567", "89"], limit=7) == "4567\n89"
+    assert tail_of(["0123", "4567", "89"], limit=6) == "567\n89"
+
+
+def test_a_tail_counts_utf8_bytes_not_characters():
+    euro = "\u20ac"                                   # 3 bytes
+    assert tail_of(["ab", euro * 2], limit=9) == "ab\n" + euro * 2     # 2 + 1 + 6 bytes
+    assert tail_of(["ab", euro * 2], limit=8) == "b\n" + euro * 2      # 5 characters, but 9 bytes
+
+
+def test_a_line_longer_than_the_tail_keeps_its_end():
+    assert tail_of(["before", "x" * 20 + "the end"], limit=10) == "xxxthe end"
+    assert tail_of(["0123456789"], limit=10) == "0123456789"
+    assert tail_of(["x" * 20 + "the end", "next"], limit=10) == "e end\nnext"
+
+
+@pytest.mark.parametrize("offset", [0, 1, 2])
+def test_the_end_of_a_line_never_starts_inside_a_character(offset):
+    text = tail_of(["a" + "\u20ac" * 10 + "b" * offset], limit=10)
+    assert text == "\u20ac" * ((10 - offset) // 3) + "b" * offset
+    text = tail_of(["a" + "\u20ac" * 10, "b" * offset], limit=10)
+    assert text == "\u20ac" * ((9 - offset) // 3) + "\n" + "b" * offset
+
+
+def test_a_tail_stays_within_its_limit_whatever_is_fed():
+    tail, stream = Tail(), b""
+    for number in range(3000):
+        line = f"line {number} " + "\u00e9" * (number % 50) + ("x" * 5000 if number % 997 == 0 else "")
+        tail.add(line)
+        stream = (stream + b"\n" + line.encode() if stream else line.encode())[-2 * TAIL_BYTES:]
+        expected = stream[-TAIL_BYTES:]
+        assert tail.text().encode() in (expected, expected[1:])    # the last bytes, less a split character
+    assert tail.text().endswith("line 2999 " + "\u00e9" * 49)
+
+
+def test_a_cleared_tail_starts_again():
+    tail = Tail(10)
+    tail.add("old")
+    tail.clear()
+    tail.add("new")
+    assert tail.text() == "new"
+    tail.clear()
+    tail.clear()
+    assert tail.text() == ""
+
+
+def test_teed_writes_and_keeps_each_line():
+    written, tail = [], Tail()
+    lines = Lines(teed(written.append, tail))
+    lines.feed(b"one\ntwo")
+    lines.close()
+    assert written == ["one", "two"] and tail.text() == "one\ntwo"
+
+
+def test_the_forwarders_tails_keep_each_stream_as_forwarded():
+    output = io.StringIO()
+    forwarder = OutputForwarder(output, prefix("fn", "h.h"))
+    forwarder.feed(frame(1, b"out one\n") + frame(2, b"err \xff one\n") + frame(1, b"z" * 70000 + b"\n")
+                   + frame(2, b"no newline"))
+    forwarder.close()
+    assert forwarder.tails[STDERR].text() == "err \ufffd one\nno newline"
+    assert forwarder.tails[STDOUT].text() == ("z" * MAX_LINE_BYTES + TRUNCATED)[-TAIL_BYTES:]   # "out one" went

@@ -5,6 +5,8 @@ retirement, the capacity bound, hardening and labels, for Python and Node."""
 import io
 import json
 import re
+import threading
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -153,6 +155,56 @@ def test_a_raising_handler_fails_its_invocation_and_the_container_stays(executor
 
 
 @BOTH
+def test_each_outcome_has_the_tails_of_its_own_invocation_only(executor, images, fixture, docker_engine, hostname):
+    first = run(executor, images, fixture, "warm.counter", {"n": 1}, message_id="1-0")
+    second = run(executor, images, fixture, "warm.fail", {"n": 5}, message_id="2-0")
+    assert first.stdout_tail.startswith("count 1 host ") and "\n" not in first.stdout_tail
+    assert first.stderr_tail == "to stderr"
+    assert second.stdout_tail == "" and "boom 5" in second.stderr_tail and "to stderr" not in second.stderr_tail
+    assert (first.warm, second.warm, second.killed) == (True, True, False)
+    [listed] = warm_containers(docker_engine, hostname)
+    assert first.container_id == second.container_id == listed["Id"]    # the engine's full id
+
+
+def test_output_written_while_idle_is_not_in_the_next_invocations_tail(executor, images):
+    assert run(executor, images, "rt-warm-python", "warm.background", message_id="1-0").ok
+    time.sleep(1.5)                                                  # "late line" comes meanwhile
+    outcome = run(executor, images, "rt-warm-python", "warm.counter", message_id="2-0")
+    assert outcome.ok and "late line" not in outcome.stdout_tail and outcome.stdout_tail.startswith("count ")
+
+
+def test_a_timeout_keeps_the_tail_written_before_it_and_is_not_a_kill(executor, images):
+    outcome = run(executor, images, "rt-warm-python", "warm.stall", {"seconds": 30}, timeout=1 * SECOND)
+    assert (outcome.ok, outcome.timed_out, outcome.exit_code, outcome.killed) == (False, True, None, False)
+    assert outcome.stdout_tail == "stalling" and outcome.container_id and outcome.warm   # its last partial line
+
+
+def test_a_handler_past_its_memory_limit_is_killed_with_137(executor, images, output, docker_engine, hostname):
+    outcome = run(executor, images, "rt-warm-python", "warm.memory", {"mib": 2 * MEMORY_BYTES // 2**20})
+    assert (outcome.ok, outcome.exit_code, outcome.timed_out, outcome.killed) == (False, 137, False, True)
+    assert not outcome.engine_unavailable and "exited with code 137" in outcome.error
+    assert outcome.stdout_tail == "allocating" and outcome.warm
+    assert wait_until(lambda: not warm_containers(docker_engine, hostname), timeout=10)
+
+
+def test_a_container_killed_mid_invocation_gives_137(executor, images, docker_engine, hostname):
+    result = {}
+    sleeping = threading.Thread(target=lambda: result.update(outcome=run(
+        executor, images, "rt-warm-python", "warm.sleep", {"seconds": 30})))
+    sleeping.start()
+    try:
+        listed = wait_until(lambda: warm_containers(docker_engine, hostname), timeout=15)
+        assert listed, "the warm container never started"
+        time.sleep(0.5)                                               # the request is in
+        docker_engine.api.kill(listed[0]["Id"])
+    finally:
+        sleeping.join(30)
+    outcome = result["outcome"]
+    assert (outcome.ok, outcome.exit_code, outcome.timed_out, outcome.killed) == (False, 137, False, True)
+    assert outcome.container_id == listed[0]["Id"]
+
+
+@BOTH
 def test_an_unknown_handler_fails_without_breaking_the_container(executor, images, output, fixture):
     failed = run(executor, images, fixture, "warm.nothing", message_id="1-0")
     assert (failed.ok, failed.exit_code) == (False, 1)
@@ -168,6 +220,7 @@ def test_a_handler_that_exits_fails_and_the_container_is_replaced(executor, imag
     assert (left.ok, left.timed_out, left.engine_unavailable) == (False, False, False)
     assert "exited with code 3" in left.error and "replaced" in left.error
     assert lines_of(output, images, fixture, "warm.leave", "2-0") == ["leaving"]
+    assert (left.exit_code, left.killed, left.stdout_tail, left.stderr_tail) == (3, False, "leaving", "")
     assert run(executor, images, fixture, "warm.counter", message_id="3-0").ok
     assert count_line(output, images, fixture, "3-0").startswith("count 1 ")
     assert wait_until(lambda: len(warm_containers(docker_engine, hostname)) == 1, timeout=10)
@@ -233,8 +286,6 @@ def test_a_handler_reads_an_empty_stdin(executor, images, output, fixture):
 
 
 def test_output_written_while_idle_goes_to_the_invocation_that_ran_last(executor, images, output):
-    import time
-
     assert run(executor, images, "rt-warm-python", "warm.background", message_id="1-0").ok
     time.sleep(1.5)
     assert run(executor, images, "rt-warm-python", "warm.counter", message_id="2-0").ok

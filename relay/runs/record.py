@@ -31,7 +31,6 @@ if TYPE_CHECKING:
 TAIL_BYTES = 4096          # of stdout and of stderr, in a record
 DLQ_STDERR_BYTES = 2048    # of stderr, in a dead-letter entry
 ERROR_CHARS = 1024
-KILLED_EXIT_CODE = 137     # 128 + SIGKILL: the kernel's OOM killer, or a kill
 _E = TypeVar("_E", bound=Enum)
 
 
@@ -174,7 +173,7 @@ def status_of(outcome: Outcome | None) -> RunStatus:
         return RunStatus.SUCCEEDED
     if outcome.timed_out:
         return RunStatus.TIMED_OUT
-    if outcome.exit_code == KILLED_EXIT_CODE:
+    if outcome.killed:
         return RunStatus.KILLED
     if outcome.exit_code is None:
         return RunStatus.NOT_STARTED

@@ -11,8 +11,9 @@ else -- a failed start, a timeout, an engine error, or the caller cancelling
 (a greenlet killed mid-run) -- and is idempotent.
 
 ``ColdExecutor.run`` blocks the calling thread or greenlet, never raises for
-a failing handler or an engine error (the Outcome says what happened), and
-is safe to call from many greenlets or threads at once. Its peer for
+a failing handler or an engine error (the Outcome says what happened, with
+the container's id and the tails of its output), and is safe to call from
+many greenlets or threads at once. Its peer for
 functions with ``warm:`` is relay.runtime.warm_pool.WarmExecutor;
 relay.runtime.executor.Router sends each invocation to one of them.
 """
@@ -43,7 +44,7 @@ from relay.runtime.invocation import (
     log_outcome,
     redact,
 )
-from relay.runtime.output import OutputForwarder, prefix
+from relay.runtime.output import STDERR, STDOUT, OutputForwarder, prefix
 from relay.runtime.pins import ImagePins
 from relay.runtime.sweep import UNCONFIRMED_CREATE_GRACE, Leftovers
 
@@ -86,12 +87,13 @@ class _Execution:
         self.deadline = started + invocation.timeout / 1e9
         self.wall_deadline = time.time() + (self.deadline - time.monotonic())   # RELAY_DEADLINE
         self.container_id: str | None = None
+        self.forwarder: OutputForwarder | None = None
         self.name = container_name(invocation.function)
         self.unreachable = False
 
     def run(self) -> Outcome:
         invocation = self.invocation
-        forwarder = OutputForwarder(self.executor._output, prefix(
+        forwarder = self.forwarder = OutputForwarder(self.executor._output, prefix(
             invocation.function, invocation.handler, invocation.message_id, invocation.event_id))
         handle = wait = None
         exited = False
@@ -174,6 +176,14 @@ class _Execution:
 
     def _outcome(self, exit_code: int | None, timed_out: bool = False, error: str | None = None,
                  engine_unavailable: bool = False) -> Outcome:
+        """The outcome, with the output's tails: once it is decided no more output is read, so the
+        streams' last partial lines are flushed first (``run``'s clean-up closes them again, idly)."""
+        forwarder = self.forwarder
+        stdout_tail = stderr_tail = ""
+        if forwarder is not None:
+            forwarder.close()
+            stdout_tail, stderr_tail = forwarder.tails[STDOUT].text(), forwarder.tails[STDERR].text()
         return Outcome(ok=exit_code == 0 and error is None, exit_code=exit_code,
                        duration=time.monotonic() - self.started, timed_out=timed_out, error=error,
-                       engine_unavailable=engine_unavailable)
+                       engine_unavailable=engine_unavailable, stdout_tail=stdout_tail, stderr_tail=stderr_tail,
+                       container_id=self.container_id)

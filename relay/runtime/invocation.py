@@ -48,18 +48,39 @@ class Invocation:
                 f"message_id={self.message_id!r}, event_id={self.event_id!r})")
 
 
+SIGKILL_EXIT = 137   # 128 + SIGKILL: what the engine reports for a container whose process was killed
+
+
 @dataclass(frozen=True)
 class Outcome:
+    """How one invocation went, and what the run ledger (issue #32) records of it.
+
+    The tails are the last TAIL_BYTES (relay.runtime.output.Tail) of the
+    lines the handler wrote on each stream during this invocation, as they
+    were forwarded. They are the handler's own words: they may hold the
+    secret values it was given, so they are left out of the repr, and
+    whoever stores or shows them masks and escapes them.
+    """
+
     ok: bool
     exit_code: int | None    # None when it never ran to an exit (start failure, timeout)
     duration: float          # seconds
     timed_out: bool = False
     error: str | None = None  # why it is not ok; never contains env or secret values
     engine_unavailable: bool = False  # no container to run on (engine unreachable, warm start failed): not charged
-    stdout_tail: str = ""     # the end of what the handler wrote on stdout (relay.runtime.output.TAIL_BYTES)
-    stderr_tail: str = ""     # ... and on stderr
-    container_id: str | None = None   # the container it ran in, when one was created
-    warm: bool = False        # run by the warm executor
+    stdout_tail: str = field(default="", repr=False)
+    stderr_tail: str = field(default="", repr=False)
+    container_id: str | None = None  # the engine's full id of the container it ran in; None when none was created
+    warm: bool = False               # the warm executor ran it (in a reused container)
+
+    @property
+    def killed(self) -> bool:
+        """The handler's process was killed with SIGKILL (exit code 137) -- by the kernel's OOM killer
+        at the container's memory limit, or from outside (``docker kill``, a stopping engine) --
+        rather than ending on its own or being timed out by Relay (a timeout has no exit code).
+        The engine does not say which of the two: AutoRemove deletes the container with its
+        OOMKilled flag."""
+        return not self.ok and not self.timed_out and self.exit_code == SIGKILL_EXIT
 
     @classmethod
     def not_started(cls, error: str) -> Outcome:

@@ -11,6 +11,10 @@ stream ends). A line longer than MAX_LINE_BYTES is cut there, marked as cut,
 and the rest of it, up to its newline, is dropped: one runaway line cannot
 take Relay's memory. Bytes that are not UTF-8 are shown as U+FFFD.
 
+Each stream also keeps its Tail: the last TAIL_BYTES of its lines, for the
+run ledger (issue #32), fed by the same emit that writes them; a stream
+that writes nothing costs nothing.
+
 The prefix's values come from the event (its event_id) and are escaped the
 way Relay's log values are: a newline, a quote, a control character or a
 lone surrogate in an event_id is printed as \\n, \\", \\x1b or \\ud800, so it
@@ -21,6 +25,7 @@ handler's output.
 from __future__ import annotations
 
 import struct
+from collections import deque
 from collections.abc import Callable
 from typing import TextIO
 
@@ -28,6 +33,7 @@ from relay.logs import escape
 
 MAX_LINE_BYTES = 64 * 1024
 TRUNCATED = " [relay: line cut at 64 KiB]"
+TAIL_BYTES = 4096
 STDOUT, STDERR = 1, 2
 _HEADER = struct.Struct(">BxxxL")
 
@@ -127,6 +133,77 @@ class Lines:
         self._partial.clear()
 
 
+class Tail:
+    """The last *limit* bytes (UTF-8) of one stream's lines, joined with "\\n".
+
+    The oldest lines go first; the oldest one kept may keep only its end, so
+    a full tail is *limit* bytes, or a few less where that end would have
+    begun inside a character. The lines are those Relay forwards (decoded,
+    a runaway line already cut), so a tail reads as the output did. Adding a
+    line costs a deque append while the tail is not full.
+    """
+
+    __slots__ = ("_limit", "_lines", "_sizes", "_size")
+
+    def __init__(self, limit: int = TAIL_BYTES) -> None:
+        self._limit = limit
+        self._lines: deque[str] = deque()
+        self._sizes: deque[int] = deque()
+        self._size = -1   # the text's size: the lines' encoded sizes and the newlines between them
+
+    def add(self, line: str) -> None:
+        size = len(line) if line.isascii() else len(line.encode())
+        self._lines.append(line)
+        self._sizes.append(size)
+        self._size += size + 1
+        if self._size > self._limit:
+            self._trim()
+
+    def _trim(self) -> None:
+        lines, sizes = self._lines, self._sizes
+        while (excess := self._size - self._limit) > 0:
+            first = sizes[0]
+            if first <= excess and len(lines) > 1:   # the whole line and its newline go
+                lines.popleft()
+                sizes.popleft()
+                self._size -= first + 1
+            else:                                     # its end stays
+                lines[0], kept = _end_of(lines[0], first - excess)
+                sizes[0] = kept
+                self._size -= first - kept
+
+    def text(self) -> str:
+        return "\n".join(self._lines) if self._lines else ""
+
+    def clear(self) -> None:
+        if self._lines:
+            self._lines.clear()
+            self._sizes.clear()
+            self._size = -1
+
+
+def _end_of(line: str, size: int) -> tuple[str, int]:
+    """The last *size* bytes of *line* (UTF-8), less a character's partial start; and their size."""
+    if line.isascii():
+        return (line[-size:], size) if size else ("", 0)
+    encoded = line.encode()[-size:] if size else b""
+    start = 0
+    while start < len(encoded) and (encoded[start] & 0xC0) == 0x80:   # a continuation byte
+        start += 1
+    return encoded[start:].decode(), len(encoded) - start
+
+
+def teed(write: Callable[[str], None], tail: Tail) -> Callable[[str], None]:
+    """An emit for Lines: each line goes to *write*, and *tail* keeps it too."""
+    add = tail.add
+
+    def emit(text: str) -> None:
+        write(text)
+        add(text)
+
+    return emit
+
+
 class PrefixedOutput:
     """Writes each line to *output* after its prefix; the first error writing stops it and stays in ``failed``.
 
@@ -163,13 +240,15 @@ class OutputForwarder:
 
     If *output* itself fails (a closed stdout), lines are dropped and
     ``failed`` says so: Relay's own output trouble never decides a handler's
-    result.
+    result. ``tails`` holds each stream's Tail ({STDOUT: Tail, STDERR: Tail}),
+    whole once ``close`` has flushed the last partial lines.
     """
 
     def __init__(self, output: TextIO, line_prefix: str) -> None:
         self._sink = PrefixedOutput(output, line_prefix)
         self._frames = Frames()
-        self._streams = {STDOUT: Lines(self._sink.write), STDERR: Lines(self._sink.write)}
+        self.tails = {STDOUT: Tail(), STDERR: Tail()}
+        self._streams = {stream: Lines(teed(self._sink.write, tail)) for stream, tail in self.tails.items()}
 
     @property
     def failed(self) -> Exception | None:

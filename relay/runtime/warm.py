@@ -31,7 +31,9 @@ is removed: a marker with the nonce that is not the expected one, a stream
 that ends (the handler exited the process, or it crashed), a timeout.
 Output written while a container is idle (a thread the handler left
 running) is forwarded with the prefix of the invocation that ran last,
-before the next one starts.
+before the next one starts. It is in no invocation's tails (``tails``, for
+the run ledger): they start empty with each request and end with its
+markers, or with whatever it wrote before the container broke.
 """
 
 from __future__ import annotations
@@ -58,7 +60,7 @@ from relay.runtime.containers import (
     container_name,
     remove_container,
 )
-from relay.runtime.output import STDERR, STDOUT, Frames, Lines, PrefixedOutput, PrefixParts
+from relay.runtime.output import STDERR, STDOUT, Frames, Lines, PrefixedOutput, PrefixParts, Tail, teed
 from relay.runtime.sweep import UNCONFIRMED_CREATE_GRACE, Leftovers
 
 if TYPE_CHECKING:
@@ -193,7 +195,9 @@ class WarmContainer:
         self._sock: Any = None
         self._wait: Any = None
         self._frames = Frames()
-        self._streams = {STDOUT: MarkedLines(Lines(self._sink.write)), STDERR: MarkedLines(Lines(self._sink.write))}
+        self._tails = {STDOUT: Tail(), STDERR: Tail()}   # the current invocation's output
+        self._streams = {stream: MarkedLines(Lines(teed(self._sink.write, tail)))
+                         for stream, tail in self._tails.items()}
         self._seq = 0
 
     # --- start --------------------------------------------------------------------
@@ -232,13 +236,15 @@ class WarmContainer:
                deadline: float) -> bool:
         """Run *handler* on *payload* with the context *variables* (context.request_variables),
         its output prefixed with ``output.prefix(*prefix_parts)``; True when it returned, False
-        when it raised.
+        when it raised. ``tails()`` then holds the end of what it wrote, and only that.
 
         Raises DeadlineExceeded, ContainerExited, ProtocolBreak or an engine
         error; after any of them the container is broken and must be removed.
         """
         try:
             self._sink.prefix_with(*prefix_parts)
+            for tail in self._tails.values():
+                tail.clear()
             self._seq += 1
             seq, nonce = str(self._seq).encode(), secrets.token_hex(16).encode()
             stdout, stderr = self._streams[STDOUT], self._streams[STDERR]
@@ -251,6 +257,8 @@ class WarmContainer:
             stderr.expect()
         except BaseException:
             self.broken = True
+            for marked in self._streams.values():   # nothing more is read for it: its last partial lines are its own
+                marked.lines.close()
             raise
         self.served += 1
         return markers[STDOUT] == done
@@ -320,6 +328,11 @@ class WarmContainer:
         except ExecutionError:
             return ContainerExited("the warm container exited")
         return ContainerExited(f"the warm container exited with code {self.exit_code}")
+
+    def tails(self) -> tuple[str, str]:
+        """The ends of what the last invocation wrote on stdout and on stderr (relay.runtime.output.Tail),
+        complete once it returned or raised."""
+        return self._tails[STDOUT].text(), self._tails[STDERR].text()
 
     @property
     def output_failed(self) -> Exception | None:

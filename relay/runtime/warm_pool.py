@@ -112,11 +112,20 @@ class WarmExecutor:
         warm = invocation.warm
         assert warm is not None, "a warm invocation carries its template's warm settings"
 
+        container: WarmContainer | None = None
+
         def outcome(exit_code: int | None, *, timed_out: bool = False, error: str | None = None,
                     engine_unavailable: bool = False) -> Outcome:
+            """Taken before the container is given back: once idle, another invocation may claim it."""
+            stdout_tail = stderr_tail = ""
+            container_id = None
+            if container is not None:
+                stdout_tail, stderr_tail = container.tails()
+                container_id = container.container_id
             return Outcome(ok=exit_code == 0 and error is None, exit_code=exit_code,
                            duration=self._clock() - started, timed_out=timed_out, error=error,
-                           engine_unavailable=engine_unavailable)
+                           engine_unavailable=engine_unavailable, stdout_tail=stdout_tail,
+                           stderr_tail=stderr_tail, container_id=container_id, warm=True)
 
         def describe(text: str) -> str:
             return f'function "{invocation.function}" handler "{invocation.handler}": {text}'
@@ -130,11 +139,13 @@ class WarmExecutor:
         except (ExecutionError, DockerException, RequestException, OSError) as error:
             return outcome(None, engine_unavailable=True, error=describe(
                 f"no warm container could be started: {engine_error_text(error, invocation.env)}"))
-        done = None
         try:
             deadline = time.monotonic() + invocation.timeout / 1e9
             variables = context.request_variables(invocation, time.time() + invocation.timeout / 1e9)
-            done = container.invoke(invocation.handler, variables, invocation.payload, parts, deadline)
+            if container.invoke(invocation.handler, variables, invocation.payload, parts, deadline):
+                result = outcome(0)
+            else:
+                result = outcome(1, error=describe("the handler failed in its warm container"))
         except DeadlineExceeded:
             return outcome(None, timed_out=True, error=describe(
                 f"timed out after {format_duration(invocation.timeout)}; its warm container was removed"))
@@ -152,9 +163,7 @@ class WarmExecutor:
                 log.warning("Handler output could not be written; lines were dropped",
                             extra={"function": invocation.function, "handler": invocation.handler,
                                    "error": str(container.output_failed)})
-        if done:
-            return outcome(0)
-        return outcome(1, error=describe("the handler failed in its warm container"))
+        return result
 
     def _checkout(self, version: Version, invocation: Invocation, prefix_parts: PrefixParts) -> WarmContainer:
         """An idle container of *version* that is still alive, or a new one started for it."""

@@ -45,6 +45,10 @@ class Result:
     container_id: str | None = None
     warm: bool = False
 
+    @property
+    def killed(self):
+        return not self.ok and not self.timed_out and self.exit_code == 137
+
 
 class ScriptedExecutor:
     """Returns the next programmed outcome for a handler (success when none is left)."""
