@@ -11,10 +11,10 @@ END = "<!-- fleet-summary:end -->"
 SENTINEL_BEGIN = "<!-- fleet-sentinel-summary:begin -->"
 SENTINEL_END = "<!-- fleet-sentinel-summary:end -->"
 COLUMNS = ("Run", "Events", "Entries", "Malformed", "Executions", "Duplicates", "Producer dup.",
-           "DLQ (expected)", "Lost", "Worker restarts (exits)", "Rated starts: most in 1s / 10s",
-           "Keyed: most per account at once", "Drain", "Total", "Verdict")
-SENTINEL_COLUMNS = (*COLUMNS[:7], "Re-adds (WAIT 0)", "Failovers: kill → promoted", "Rejoined as replica",
-                    *COLUMNS[7:])
+           "Runs on record (unrecorded)", "DLQ (expected)", "Lost", "Worker restarts (exits)",
+           "Rated starts: most in 1s / 10s", "Keyed: most per account at once", "Drain", "Total", "Verdict")
+SENTINEL_COLUMNS = (*COLUMNS[:8], "Re-adds (WAIT 0)", "Failovers: kill → promoted", "Rejoined as replica",
+                    *COLUMNS[8:])
 
 
 def summary_table(reports):
@@ -24,14 +24,15 @@ def summary_table(reports):
     for number, report in enumerate(reports, 1):
         verdict = report.verdict
         cells = [number, verdict.events, verdict.entries, verdict.malformed, verdict.executions,
-                 verdict.duplicates, verdict.producer_duplicates, f"{verdict.dlq} ({verdict.dlq_expected})",
+                 verdict.duplicates, verdict.producer_duplicates,
+                 f"{verdict.runs_recorded} ({verdict.runs_unrecorded})", f"{verdict.dlq} ({verdict.dlq_expected})",
                  verdict.lost, f"{report.restarts} ({report.exits})",
                  f"{verdict.rate_max.get(1.0, 0)} / {verdict.rate_max.get(10.0, 0)}",
                  f"{verdict.key_concurrency}", f"{report.drain_seconds:.0f}s",
                  f"{report.seconds:.0f}s",
                  "passed" if verdict.passed else f"FAILED ({len(verdict.problems)})"]
         if sentinel:
-            cells[7:7] = [f"{report.retried_adds} ({report.unconfirmed_adds})",
+            cells[8:8] = [f"{report.retried_adds} ({report.unconfirmed_adds})",
                           " / ".join(f"{failover.seconds:.1f}s" for failover in report.failovers) or "none",
                           " / ".join(f"{failover.rejoined:.1f}s" for failover in report.failovers) or "none"]
         rows.append("| " + " | ".join(str(cell) for cell in cells) + " |")

@@ -141,3 +141,29 @@ def test_undelivered_goes_by_the_last_delivered_id_when_the_lag_is_wrong(redis_c
     assert redis_client.xinfo_groups("events")[0]["lag"] == 0
     assert undelivered(redis_client, "events", "relay") == 2
     assert undelivered(redis_client, "events", "nobody") == -1
+
+
+def test_every_marked_execution_has_at_most_one_run_record_and_lost_ones_are_counted(redis_client):
+    from collections import Counter
+
+    from relay.runs.record import Run, RunStatus
+    from tests.fleet.verdict import Verdict, judge_ledger
+
+    def record(entry, function, status):
+        redis_client.xadd("relay:events:runs", Run(entry=entry, function=function, handler="handler.record",
+                                                   status=status).fields())
+
+    record("1-0", "fleet-py", RunStatus.SUCCEEDED)
+    record("2-0", "fleet-poison", RunStatus.FAILED)
+    record("2-0", "fleet-poison", RunStatus.FAILED)
+    record("2-0", "fleet-hang", RunStatus.TIMED_OUT)       # cut off before it printed a mark
+    record("3-0", "fleet-py", RunStatus.NOT_STARTED)       # no handler ran
+    marks = {("1-0", "fleet-py"): Counter(ok=1), ("2-0", "fleet-poison"): Counter(fail=2),
+             ("3-0", "fleet-py"): Counter(ok=1)}           # 3-0's run was on another worker, killed before its settle
+    verdict = Verdict()
+    judge_ledger(verdict, redis_client, "events", marks)
+    assert (verdict.problems, verdict.runs_recorded, verdict.runs_unrecorded) == ([], 4, 1)
+    record("1-0", "fleet-py", RunStatus.SUCCEEDED)         # a success on record twice, run once
+    verdict = Verdict()
+    judge_ledger(verdict, redis_client, "events", marks)
+    assert verdict.problems == ["1-0: 2 successes of fleet-py on record, 1 ran"]

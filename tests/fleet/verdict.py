@@ -14,6 +14,7 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from relay.runs.record import RunStatus, decode
 from tests.fleet.functions import (
     ATTEMPTS,
     FAILING_FOREVER,
@@ -61,6 +62,8 @@ class Verdict:
     keyed_spans: int = 0            # fleet-keyed invocations seen whole
     key_concurrency: int = 0        # most fleet-keyed invocations of one account running at once
     key_overlaps_outside_faults: int = 0
+    runs_recorded: int = 0          # run records in the ledger of attempts a handler ran
+    runs_unrecorded: int = 0        # executions the handlers marked with no run record (a Redis fault, a kill)
     problems: list = field(default_factory=list)
 
     @property
@@ -148,6 +151,7 @@ def judge(*, client, produced, output_paths, hostnames, stream="events", group="
     marks = parse_marks(output_paths)
     judge_limits(verdict, output_paths, fault_windows)
     verdict.executions = sum(sum(outcomes.values()) for outcomes in marks.values())
+    judge_ledger(verdict, client, stream, marks)
 
     seen_seqs = Counter()
     for message_id, fields in entries:
@@ -184,6 +188,29 @@ def judge(*, client, produced, output_paths, hostnames, stream="events", group="
     if verdict.dlq != verdict.dlq_expected:
         verdict.fail(f"DLQ holds {verdict.dlq} entries, {verdict.dlq_expected} expected")
     return verdict
+
+
+RAN = {RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.TIMED_OUT, RunStatus.KILLED}
+
+
+def judge_ledger(verdict, client, stream, marks):
+    """The run ledger against the handlers' marks: every execution has at most one run record, and one
+    unless its record was lost (a write that met a Redis fault, a worker killed before its settle), which
+    is counted, not failed. A success on record that no handler marked is a record too many."""
+    ran, succeeded = Counter(), Counter()
+    last = "-"
+    while page := client.xrange(f"relay:{stream}:runs", min=last, count=1000):
+        for run_id, fields in page:
+            run = decode(run_id, fields)
+            if run.kind == "run" and run.status in RAN:
+                ran[run.entry, run.function] += 1
+                succeeded[run.entry, run.function] += run.status is RunStatus.SUCCEEDED
+        last = "(" + page[-1][0].decode()
+    verdict.runs_recorded = sum(ran.values())
+    for key, outcomes in marks.items():
+        verdict.runs_unrecorded += max(0, sum(outcomes.values()) - ran[key])
+        if succeeded[key] > outcomes["ok"]:
+            verdict.fail(f"{key[0]}: {succeeded[key]} successes of {key[1]} on record, {outcomes['ok']} ran")
 
 
 def _event(fields):
