@@ -55,6 +55,7 @@ from _redis import start_redis  # noqa: E402
 from relay.functions import load_function  # noqa: E402
 from relay.live.catalog import Catalog  # noqa: E402
 from relay.metrics.prometheus import Metrics  # noqa: E402
+from relay.runs.ledger import RunLedger  # noqa: E402
 from relay.runtime.pins import ImagePins  # noqa: E402
 from relay.stream.group import ensure_group  # noqa: E402
 from relay.stream.keys import StreamAddress  # noqa: E402
@@ -188,11 +189,12 @@ def client_stack():
     return f"{used['redis_parser']} (JSON: {used['json_decoder']})"
 
 
-def matched_loop(client, docker_client, image, count, concurrency, warm=None, executor=None):
+def matched_loop(client, docker_client, image, count, concurrency, warm=None, executor=None, ledger=True):
     """Relay's whole path for *count* entries that each match one no-op handler; returns seconds.
 
     With *warm* (a Warm), the function runs warm at *concurrency*, on *executor* (kept between
-    rounds, so its containers are started once)."""
+    rounds, so its containers are started once). *ledger* False leaves the run ledger out,
+    as Relay was before issue #32."""
     import io
     from dataclasses import replace
 
@@ -209,10 +211,12 @@ def matched_loop(client, docker_client, image, count, concurrency, warm=None, ex
     for number in range(count):
         client.xadd(STREAM, {"event": json.dumps({"event_name": "INSERT", "n": number})})
     ensure_group(client, STREAM, "matched")
+    runs = RunLedger(client, STREAM, host="bench", pid=os.getpid()) if ledger else None
     consumer = build_engine(client, StreamAddress(STREAM, "matched", "bench"), catalog=catalog,
                             executor=executor,
                             environment=lambda fn: dict(fn.template.env), pins=ImagePins(), metrics=metrics,
-                            max_concurrency=concurrency, max_buffered_events=BATCH, block_ms=200).consumer
+                            max_concurrency=concurrency, max_buffered_events=BATCH, block_ms=200,
+                            ledger=runs).consumer
     began = time.perf_counter()
     reader = gevent.spawn(consumer.read_loop)
     while metrics.events_processed._value.get() < count:
@@ -344,8 +348,39 @@ def warm_path(client, docker_client, image, options):
     print(f"{'Relay, warm':<26}{warm_rate:>10.2f} entries/s")
     print(f"ratio warm/cold: {ratio:.1f}  (target >= 25; per round {_listed(ratios)})")
     figure = f"entries matching a warm no-op handler, concurrency {WARM_CONCURRENCY}"
-    return [report.Result("throughput.py", figure, warm_rate, "entries/s", cold_rate, "the same function cold",
-                          ratio, "ratio >= 25 (#19)", ratio >= 25)]
+    results = [report.Result("throughput.py", figure, warm_rate, "entries/s", cold_rate, "the same function cold",
+                             ratio, "ratio >= 25 (#19)", ratio >= 25)]
+    return results + ledger_cost(client, docker_client, image, options, warm)
+
+
+def ledger_cost(client, docker_client, image, options, warm):
+    """The run ledger's cost on the warm path (#32): warm end to end with it, as ``relay start`` runs, and
+    without it, as Relay ran before, alternated on the same warm containers."""
+    import io
+
+    from relay.runtime.executor import build_executor
+
+    executor = build_executor(docker_client, f"relay-bench-{os.getpid()}", io.StringIO(),
+                              warm_capacity=WARM_CONCURRENCY)
+    try:
+        matched_loop(client, docker_client, image, WARM_CONCURRENCY, WARM_CONCURRENCY, warm, executor)
+        (without_seconds, with_seconds), ratios = alternate(
+            lambda: matched_loop(client, docker_client, image, options.warm, WARM_CONCURRENCY, warm, executor,
+                                 ledger=False),
+            lambda: matched_loop(client, docker_client, image, options.warm, WARM_CONCURRENCY, warm, executor),
+            rounds=options.rounds)
+    finally:
+        executor.warm.close()
+    entries = options.warm * options.rounds
+    without, with_ledger = entries / without_seconds, entries / with_seconds
+    ratio = with_ledger / without
+    print(f"the run ledger on the warm path, {options.rounds} rounds of {options.warm}")
+    print(f"{'Relay, warm, no ledger':<26}{without:>10.2f} entries/s")
+    print(f"{'Relay, warm, ledger':<26}{with_ledger:>10.2f} entries/s")
+    print(f"ratio ledger/no ledger: {ratio:.3f}  (target >= 0.95; per round {_listed(ratios)})")
+    figure = f"entries matching a warm no-op handler, concurrency {WARM_CONCURRENCY}, with the run ledger"
+    return [report.Result("throughput.py", figure, with_ledger, "entries/s", without,
+                          "the same without the run ledger", ratio, "ratio >= 0.95 (#32)", ratio >= 0.95)]
 
 
 def _listed(ratios):
