@@ -94,7 +94,7 @@ def test_a_range_is_replayed_for_the_named_function_with_the_entries_own_event(r
     code, out, err = replay(f"--since={at(2)}", f"--until={at(4)}", "--function=orders", "--yes")
     assert (code, err) == (0, "")
     assert copies(redis_client) == [(ids[1], "orders", ORDER), (ids[3], "orders", ORDER)]
-    assert "read 3 entries; 2 entries to add (2 for orders)" in out
+    assert "read 3 entries; 2 entries to add: 2 for orders\n" in out
     assert out.splitlines()[0] == "replaying events from 1970-01-01T00:00:02.000Z to 1970-01-01T00:00:04.000Z"
     assert "the stream reaches back to 1970-01-01T00:00:01.000Z (entry 1000-0)" in out
     assert out.splitlines()[-1].startswith("added 2 entries to events, ")
@@ -118,7 +118,7 @@ def test_a_handler_narrows_the_copies_to_it(replay, redis_client):
 def test_without_a_function_each_matching_function_gets_its_own_copy(replay, redis_client):
     ids = fill(redis_client, ORDER, REFUND, OTHER)
     code, out, _ = replay(f"--since={at(1)}", f"--until={at(3)}", "--yes")
-    assert code == 0 and "3 entries to add (2 for audit, 1 for orders)" in out
+    assert code == 0 and "3 entries to add: 2 for audit, 1 for orders\n" in out
     assert copies(redis_client) == [(ids[0], "audit", ORDER), (ids[0], "orders", ORDER), (ids[1], "audit", REFUND)]
 
 
@@ -127,16 +127,18 @@ def test_schedule_occurrences_replays_and_unreadable_entries_are_skipped_and_cou
          {"event": ORDER, "replay_of": "1-0", "replay_for": "orders"}, "{not json", {"other": "x"})
     code, out, _ = replay(f"--since={at(1)}", f"--until={at(5)}", "--function=orders", "--yes")
     assert code == 0 and len(copies(redis_client)) == 1
-    assert ("read 5 entries; 1 entry to add (1 for orders); 1 schedule occurrences skipped (an occurrence runs "
-            "only as Relay's scheduler publishes it); 1 skipped as copies an earlier replay added; "
-            "2 skipped as unreadable (Relay dead-letters them)") in out
+    assert out.splitlines()[2:-1] == [
+        "read 5 entries; 1 entry to add: 1 for orders",
+        "skipped 1 schedule occurrence: an occurrence runs only as Relay's scheduler publishes it",
+        "skipped 1 copy an earlier replay added: a copy is never copied again",
+        "skipped 2 unreadable entries: Relay dead-letters them (relay dlq ls)"]
 
 
 def test_a_second_replay_of_a_range_holding_the_first_one_s_copies_adds_no_copies_of_copies(replay, redis_client):
     fill(redis_client, ORDER)
     assert replay(f"--since={at(1)}", "--function=orders", "--yes")[0] == 0
     code, out, _ = replay(f"--since={at(1)}", "--function=orders", "--yes")
-    assert code == 0 and "1 skipped as copies an earlier replay added" in out
+    assert code == 0 and "skipped 1 copy an earlier replay added" in out
     assert [source for source, _, _ in copies(redis_client)] == ["1000-0", "1000-0"]
 
 
@@ -158,7 +160,7 @@ def test_failed_only_takes_the_entries_whose_runs_failed_or_were_dead_lettered(r
     assert code == 0, out
     assert [(source, target) for source, target, _ in copies(redis_client)] == [(ids[0], "orders"),
                                                                                   (ids[3], "orders")]
-    assert "2 entries to add (2 for orders); 4 matched but did not fail" in out
+    assert "2 entries to add: 2 for orders\nleft 4 entries whose runs did not fail (--failed-only)\n" in out
 
 
 def test_failed_only_with_a_handler_counts_that_handler_s_runs(replay, redis_client):
@@ -180,7 +182,7 @@ def test_a_dry_run_says_what_it_would_add_and_adds_nothing(replay, redis_client)
     assert code == 0 and copies(redis_client) == []
     assert out.splitlines()[2:] == [
         f"would add {ids[0]} for audit", f"would add {ids[0]} for orders", f"would add {ids[1]} for audit",
-        "read 2 entries; 3 entries to add (2 for audit, 1 for orders); dry run: nothing was added to events"]
+        "read 2 entries; 3 entries to add: 2 for audit, 1 for orders", "dry run: nothing was added to events"]
 
 
 def test_without_a_terminal_and_without_yes_it_refuses(replay, redis_client):
@@ -392,3 +394,12 @@ def test_a_replayed_entry_of_a_removed_function_is_dead_lettered_with_a_reason(r
     [letter] = engine.dlq()
     assert letter["reason"] == "replayed for function 'orders', which is not loaded"
     assert letter["original_id"] != original and letter["attempts"] == "0"
+
+
+def test_replay_runs_from_relay_pyz_with_redis_only(redis_server, redis_client, functions, pyz):
+    ids = fill(redis_client, ORDER)
+    env = base_env(REDIS_URI=redis_server.address, REDIS_STREAM=STREAM, DOCKER_HOST="tcp://127.0.0.1:1")
+    result = subprocess.run([sys.executable, str(pyz), "replay", f"--since={at(1)}", "--function=orders", "--yes",
+                             f"--dir={functions}"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert (result.returncode, result.stderr) == (0, ""), result.stderr
+    assert copies(redis_client) == [(ids[0], "orders", ORDER)]

@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 PROGRESS_EVERY = 0.25   # seconds between two progress lines on a terminal
 
 
-class Stopped(Exception):
+class _Stopped(Exception):
     """The replay stopped before its end; ``cause`` is why (KeyboardInterrupt or a Redis error)."""
 
     def __init__(self, cause: BaseException, span: Window, added: int, last: str | None) -> None:
@@ -56,7 +56,7 @@ def run(args: Arguments, environ: Mapping[str, str] | None = None, stdin: TextIO
 
             environ = command_environment(args["--env-file"], os.environ)
         return _replay(args, environ, stdin, stdout, stderr)
-    except Stopped as stopped:
+    except _Stopped as stopped:
         _stopped(args, stopped, stderr)
         return 130 if isinstance(stopped.cause, KeyboardInterrupt) else 1
     except RelayError as error:
@@ -89,7 +89,7 @@ def _replay(args: Arguments, environ: Mapping[str, str], stdin: TextIO, stdout: 
         for entry_id, _event, targets in chosen(client, stream, span, selection, tally):
             for target in targets:
                 stdout.write(f"would add {_shown(entry_id)} for {_shown(target)}\n")
-        stdout.write(_summary(tally, failures is not None) + f"; dry run: nothing was added to {_shown(stream)}\n")
+        stdout.write(_summary(tally, failures is not None) + f"\ndry run: nothing was added to {_shown(stream)}\n")
         return 0
     tally = Tally()
     for _counted in chosen(client, stream, span, selection, tally):
@@ -124,7 +124,7 @@ def _add(client: redis.Redis, stream: str, span: Window, selection: Selection, r
     except (KeyboardInterrupt, redis.RedisError) as error:
         if progress:
             stderr.write("\n")
-        raise Stopped(error, span, added, last) from None
+        raise _Stopped(error, span, added, last) from None
     if progress:
         stderr.write("\r\x1b[K")
     span_text = f", {first_new} to {last_new}" if first_new else ""
@@ -149,19 +149,21 @@ def _describe(stream: str, span: Window, first: str | None, stdout: TextIO) -> N
 
 
 def _summary(tally: Tally, failed_only: bool) -> str:
-    """One line: what was read, what will be added, what was skipped and why."""
+    """What was read and will be added, then each kind of entry skipped and why: one line each."""
     adds = ", ".join(f"{count} for {_shown(target)}" for target, count in sorted(tally.copies.items()))
-    parts = [f"read {_entries(tally.read)}", f"{_entries(tally.total)} to add" + (f" ({adds})" if adds else "")]
+    lines = [f"read {_entries(tally.read)}; {_entries(tally.total)} to add" + (f": {adds}" if adds else "")]
     if failed_only:
-        parts.append(f"{tally.not_failed} matched but did not fail")
+        lines.append(f"left {_entries(tally.not_failed)} whose runs did not fail (--failed-only)")
     if tally.schedules:
-        parts.append(f"{tally.schedules} schedule occurrences skipped (an occurrence runs only as Relay's "
-                     "scheduler publishes it)")
+        lines.append(f"skipped {_count(tally.schedules, 'schedule occurrence')}: an occurrence runs only as "
+                     "Relay's scheduler publishes it")
     if tally.replays:
-        parts.append(f"{tally.replays} skipped as copies an earlier replay added")
+        lines.append(f"skipped {_count(tally.replays, 'copy', 'copies')} an earlier replay added: a copy is "
+                     "never copied again")
     if tally.unreadable:
-        parts.append(f"{tally.unreadable} skipped as unreadable (Relay dead-letters them)")
-    return "; ".join(parts)
+        lines.append(f"skipped {_count(tally.unreadable, 'unreadable entry', 'unreadable entries')}: Relay "
+                     "dead-letters them (relay dlq ls)")
+    return "\n".join(lines)
 
 
 def _confirmed(total: int, stream: str, rate: float, stdin: TextIO, stdout: TextIO) -> bool:
@@ -178,7 +180,7 @@ def _confirmed(total: int, stream: str, rate: float, stdin: TextIO, stdout: Text
     return False
 
 
-def _stopped(args: Arguments, stopped: Stopped, stderr: TextIO) -> None:
+def _stopped(args: Arguments, stopped: _Stopped, stderr: TextIO) -> None:
     """Where the replay stopped, and the exact command that continues after it."""
     why = "interrupted" if isinstance(stopped.cause, KeyboardInterrupt) else f"Redis failed: {stopped.cause}"
     if stopped.last is None:
@@ -256,7 +258,11 @@ def _duration(seconds: float) -> str:
 
 
 def _entries(count: int) -> str:
-    return f"{count} {'entry' if count == 1 else 'entries'}"
+    return _count(count, "entry", "entries")
+
+
+def _count(count: int, one: str, many: str | None = None) -> str:
+    return f"{count} {one if count == 1 else many or one + 's'}"
 
 
 def _shown(text: str) -> str:
