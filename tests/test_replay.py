@@ -3,6 +3,7 @@ consumer running the copies (through the engine harness: only the named function
 
 import io
 import json
+import os
 import shlex
 import signal
 import subprocess
@@ -278,7 +279,7 @@ def test_a_redis_error_while_adding_says_where_it_stopped(replay, redis_client, 
     import redis
 
     fill(redis_client, ORDER, ORDER, ORDER)
-    real, calls = Adder.add, []
+    real, calls = Adder.write, []
 
     def failing(self, entry_id, event, targets):
         calls.append(entry_id)
@@ -286,7 +287,7 @@ def test_a_redis_error_while_adding_says_where_it_stopped(replay, redis_client, 
             raise redis.ConnectionError("Connection reset by peer")
         return real(self, entry_id, event, targets)
 
-    monkeypatch.setattr(Adder, "add", failing)
+    monkeypatch.setattr(Adder, "write", failing)
     code, _, err = replay(f"--since={at(1)}", "--until=1970-01-01T00:00:09.500Z", "--function=orders", "--yes")
     assert code == 1 and len(copies(redis_client)) == 2
     assert err.splitlines()[1:] == [
@@ -294,6 +295,26 @@ def test_a_redis_error_while_adding_says_where_it_stopped(replay, redis_client, 
         "was replayed. To continue:",
         f"  relay replay --since=2000-0 --until=1970-01-01T00:00:09.500Z --function=orders --rate=100/s "
         f"--dir={functions} --yes"]
+
+
+def test_a_ctrl_c_while_an_entry_is_written_waits_for_its_ids(replay, redis_client, monkeypatch):
+    """Stopped between sending an entry's copies and reading their ids, the continuation would add it again."""
+    fill(redis_client, ORDER, ORDER, ORDER)
+    real, calls = Adder.write, []
+
+    def interrupted(self, entry_id, event, targets):
+        calls.append(entry_id)
+        if len(calls) == 2:
+            os.kill(os.getpid(), signal.SIGINT)      # arrives while the copies are being written
+            time.sleep(0.05)
+        return real(self, entry_id, event, targets)
+
+    monkeypatch.setattr(Adder, "write", interrupted)
+    handler = signal.getsignal(signal.SIGINT)
+    code, _, err = replay(f"--since={at(1)}", "--until=1970-01-01T00:00:09Z", "--function=orders", "--yes")
+    assert code == 130 and [source for source, _, _ in copies(redis_client)] == ["1000-0", "2000-0"]
+    assert "interrupted after adding 2 entries; every entry up to 2000-0 was replayed" in err
+    assert signal.getsignal(signal.SIGINT) is handler       # put back
 
 
 # --- errors -----------------------------------------------------------------------------

@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import os
 import shlex
+import signal
 import sys
+import threading
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -112,10 +114,14 @@ def _add(client: redis.Redis, stream: str, span: Window, selection: Selection, r
     adder = Adder(client, stream, rate)
     added, last, first_new, last_new, shown_at = 0, None, None, None, 0.0
     progress = stderr.isatty()
+    held = _HeldInterrupt()
     try:
         for entry_id, event, targets in chosen(client, stream, span, selection, Tally()):
-            new_ids = adder.add(entry_id, event, targets)
+            adder.wait(len(targets))
+            with held:
+                new_ids = adder.write(entry_id, event, targets)
             added, last = added + len(new_ids), entry_id
+            held.deliver()
             first_new, last_new = first_new or new_ids[0], new_ids[-1]
             if progress and time.monotonic() - shown_at >= PROGRESS_EVERY:
                 stderr.write(f"\radded {added} of {total} entries (source entry {_shown(entry_id)})")
@@ -125,11 +131,46 @@ def _add(client: redis.Redis, stream: str, span: Window, selection: Selection, r
         if progress:
             stderr.write("\n")
         raise _Stopped(error, span, added, last) from None
+    finally:
+        held.close()
     if progress:
         stderr.write("\r\x1b[K")
     span_text = f", {first_new} to {last_new}" if first_new else ""
     stdout.write(f"added {_entries(added)} to {_shown(stream)}{span_text}\n")
     return 0
+
+
+class _HeldInterrupt:
+    """Ctrl-C held while an entry's copies are written, then raised: an entry is never stopped between
+    sending its MULTI/EXEC and learning its ids, so the printed continuation never adds it twice."""
+
+    def __init__(self) -> None:
+        self.holding = self.pending = False
+        self.previous = None
+        if (threading.current_thread() is threading.main_thread()
+                and signal.getsignal(signal.SIGINT) is not signal.SIG_IGN):   # an ignored Ctrl-C stays ignored
+            self.previous = signal.signal(signal.SIGINT, self._signalled)
+
+    def _signalled(self, _signum: int, _frame: object) -> None:
+        if not self.holding:
+            raise KeyboardInterrupt
+        self.pending = True
+
+    def __enter__(self) -> None:
+        self.holding = True
+
+    def __exit__(self, *_exc: object) -> None:
+        self.holding = False
+
+    def deliver(self) -> None:
+        """Raise the Ctrl-C that came while holding, if one did."""
+        if self.pending:
+            self.pending = False
+            raise KeyboardInterrupt
+
+    def close(self) -> None:
+        if self.previous is not None:
+            signal.signal(signal.SIGINT, self.previous)
 
 
 def _describe(stream: str, span: Window, first: str | None, stdout: TextIO) -> None:

@@ -261,12 +261,20 @@ class Adder:
         self._next: float | None = None
 
     def add(self, entry_id: str, event: bytes, targets: Sequence[str]) -> list[str]:
-        """Add one copy of the entry *entry_id* for each of *targets*; return the new ids."""
+        """Wait for the rate, then add one copy of the entry *entry_id* for each of *targets*; the new ids."""
+        self.wait(len(targets))
+        return self.write(entry_id, event, targets)
+
+    def wait(self, copies: int) -> None:
+        """Sleep until *copies* more may be added at the rate."""
         now = self.clock()
         if self._next is not None and self._next > now:
             self.sleep(self._next - now)
             now = self._next
-        self._next = now + self.interval * len(targets)
+        self._next = now + self.interval * copies
+
+    def write(self, entry_id: str, event: bytes, targets: Sequence[str]) -> list[str]:
+        """Add the copies now, in one MULTI/EXEC; return their ids."""
         pipeline = self.client.pipeline(transaction=True)
         for target in targets:
             pipeline.xadd(self.stream, {EVENT: event, REPLAY_OF: entry_id, REPLAY_FOR: target})
