@@ -30,6 +30,7 @@ Commands:
   secret      List, set or remove secrets in the local store.
   git         Sync /functions from a git repository over SSH.
   dlq         Inspect dead-lettered entries, send them back or delete them.
+  replay      Send a time range of the stream through a function again.
   validate    Check a functions directory offline, every problem at once.
   match       Show which handlers an event would run, offline.
   invoke      Run a function's handler once on an event, as Relay would.
@@ -155,6 +156,38 @@ relay:<REDIS_STREAM>:dlq. 'redrive' adds each entry's event to the stream
 as a new entry (with redriven_from=<dlq-id>) and deletes it from the
 dead-letter stream in one atomic step; it starts with fresh attempts.
 """ + ENV_FILE_HELP,
+    "replay": """\
+Send a time range of the stream through a function again, as new entries.
+
+Usage:
+  relay replay --since=<time> [--until=<time>] [--function=<name> [--handler=<handler>]] [--failed-only]
+               [--dry-run] [--rate=<rate>] [--yes] [--dir=<dir>] [--env-file=<file>]
+  relay replay (-h | --help)
+
+Options:
+  --since=<time>       The start: RFC 3339 (2026-12-06T10:00:00Z), a duration
+                       ago (90m, 24h), or an entry id to start after (what an
+                       interrupted replay prints to continue).
+  --until=<time>       The end, inclusive; at most now [default: now].
+  --function=<name>    Replay for this function only; without it, for every
+                       function whose rules match, one new entry each.
+  --handler=<handler>  Only this handler of the function.
+  --failed-only        Only the entries whose runs in the run ledger failed or
+                       were dead-lettered, for that function (and handler).
+  --dry-run            Print what would be added; add nothing.
+  --rate=<rate>        Entries added per second, as 100/s or 600/m [default: 100/s].
+  --yes                Add without asking (required without a terminal).
+  --dir=<dir>          The functions directory [default: /functions].
+  --env-file=<file>    The file of the variables the environment lacks, as below.
+
+Reads REDIS_URI and REDIS_STREAM. Each entry of the range whose event the
+function's rules match now (as 'relay match' decides) is added to the stream
+again with replay_of=<its id> and replay_for=<function[/handler]>: Relay runs
+it only for that function, with new idempotency keys and fresh attempts.
+Schedule occurrences and the copies of earlier replays are skipped. It says
+first how many entries it will add and how far back the stream reaches.
+Interrupted, it prints the command that continues where it stopped.
+""" + ENV_FILE_HELP,
     "validate": """\
 Check a functions directory as 'relay start' would load it, without Redis or Docker.
 
@@ -227,6 +260,7 @@ ADMIN_COMMANDS = {
     "secret": "relay.commands.secret",
     "git": "relay.commands.git",
     "dlq": "relay.commands.dlq",
+    "replay": "relay.commands.replay",
     "validate": "relay.commands.validate",
     "match": "relay.commands.match",
     "invoke": "relay.commands.invoke",

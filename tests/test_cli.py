@@ -58,6 +58,8 @@ def test_help_after_a_subcommand(args):
     (("dlq", "ls", "--since", "-5m", "--limit=2", "--bogus"), "relay dlq: unknown option '--bogus'; "),
     (("match", "--e"), "relay match: unknown option '--e' (did you mean --event or --explain?)"),
     (("dlq", "ls", "--limit"), "relay dlq: --limit needs a value"),
+    (("replay", "--since=1h", "--bogus"), "relay replay: unknown option '--bogus'; "),
+    (("replay", "--function=orders"), "relay: invalid arguments: replay --function=orders"),
     (("stats", "--json=yes"), "relay stats: --json takes no value"),
 ])
 def test_usage_errors_exit_2(args, first_line):

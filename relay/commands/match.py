@@ -17,17 +17,15 @@ from typing import TYPE_CHECKING, TextIO
 if TYPE_CHECKING:
     from relay.commands import Arguments
     from relay.errors import TemplateError
+    from relay.functions import ActiveFunction
 
 MATCHED, NONE_MATCHED, FAILED = 0, 3, 1
 
 
 def run(args: Arguments, stdin: TextIO | None = None, stdout: TextIO | None = None) -> int:
     """Run ``relay match`` from docopt's *args*; 0 when a handler matches, 3 when none does, 1 on an error."""
-    from relay.errors import TemplateError
-    from relay.functions import ActiveFunction, load_function
     from relay.functions.explain import first_mismatch
     from relay.functions.rules import Rules
-    from relay.live.loading import function_names
     from relay.stream.keys import EVENT_FIELD
     from relay.stream.plans import plan_entry
 
@@ -43,13 +41,7 @@ def run(args: Arguments, stdin: TextIO | None = None, stdout: TextIO | None = No
     if not root.is_dir():
         print(f"relay match: {root} is not a directory", file=sys.stderr)
         return FAILED
-    functions: list[ActiveFunction] = []
-    for name in function_names(root):
-        try:
-            functions.append(ActiveFunction(load_function(root / name), image=""))
-        except TemplateError as error:
-            print(f"relay match: skipped {name}: {_first_problem(error)} (see 'relay validate {root}')",
-                  file=sys.stderr)
+    functions = load_functions(root, "relay match", sys.stderr)
     plan = plan_entry("0-0", {EVENT_FIELD: raw}, Rules(functions))
     if plan.problem:
         print(f"relay match: {plan.problem}; Relay would dead-letter this entry", file=sys.stderr)
@@ -69,7 +61,23 @@ def run(args: Arguments, stdin: TextIO | None = None, stdout: TextIO | None = No
     return MATCHED
 
 
-def _first_problem(error: TemplateError) -> str:
+def load_functions(root: Path, command: str, stderr: TextIO) -> list[ActiveFunction]:
+    """The functions of *root* as ``relay start`` loads them (no image); one that does not load is
+    skipped with a line on *stderr* naming its first problem, *command* first."""
+    from relay.errors import TemplateError
+    from relay.functions import ActiveFunction, load_function
+    from relay.live.loading import function_names
+
+    functions: list[ActiveFunction] = []
+    for name in function_names(root):
+        try:
+            functions.append(ActiveFunction(load_function(root / name), image=""))
+        except TemplateError as error:
+            print(f"{command}: skipped {name}: {first_problem(error)} (see 'relay validate {root}')", file=stderr)
+    return functions
+
+
+def first_problem(error: TemplateError) -> str:
     """The first problem of *error* (a TemplateError) on one line, with how many more there are."""
     from relay.errors import InvalidTemplate
 

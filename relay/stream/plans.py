@@ -11,12 +11,18 @@ matching makes that one entry malformed. A malformed entry is
 dead-lettered; the batch it came in goes on. The event is decoded by
 relay.jsontext.loads: orjson where it is installed, with json.loads' answer,
 error and message wherever the two would differ.
+
+An entry ``relay replay`` added (a ``replay_for`` field, and ``replay_of``:
+the id of the entry it copies) runs only for the function, or the one
+handler of it, that ``replay_for`` names. The fields are looked up only in
+an entry with more than an event, so the common entry pays nothing for them.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, final
@@ -24,7 +30,17 @@ from typing import TYPE_CHECKING, final
 from relay.config import DEFAULT_MAX_EVENT_BYTES
 from relay.functions.rules import Target
 from relay.jsontext import loads
-from relay.stream.keys import EVENT_FIELD, SCHEDULE_FIELD, parse_occurrence_id
+from relay.names import function_name_problem
+from relay.quoting import quote
+from relay.stream.keys import (
+    EVENT_FIELD,
+    REPLAY_FOR,
+    REPLAY_FOR_FIELD,
+    REPLAY_OF,
+    REPLAY_OF_FIELD,
+    SCHEDULE_FIELD,
+    parse_occurrence_id,
+)
 
 if TYPE_CHECKING:
     from relay.functions import ActiveFunction, Function
@@ -36,6 +52,8 @@ MAX_EVENT_DEPTH = 64        # nested objects and arrays, the event object itself
 KEPT_PREFIX_BYTES = 4096    # what a dead-letter entry keeps of an event over MAX_EVENT_BYTES
 MAX_OTHER_FIELD_BYTES = 64 * 1024   # the names and values of an entry's fields but its event, together
 TOO_DEEP = f"the event nests deeper than {MAX_EVENT_DEPTH} levels"
+MAX_REPLAY_FOR_CHARS = 320  # ``function/handler``: a function name is at most 63 characters
+_ENTRY_ID = re.compile(r"[0-9]{1,20}-[0-9]{1,20}", re.ASCII)
 
 
 @final     # nothing derives from it, so ``type(fields) is Oversized`` tells the type checker too
@@ -66,7 +84,8 @@ class Plan:
     event_bytes: int = 0         # the event field's size when it was too big to read (raw is cut)
     trimmed: bool = False        # the entry was trimmed away while it was pending: nothing left to run
     occurrence: str | None = None  # a schedule occurrence's id (its idempotency key)
-    replay_of: str | None = None   # the entry a ``relay replay`` copy was made of
+    replay_of: str | None = None   # a replayed entry (``relay replay``): the id of the entry it copies
+    replay_for: str | None = None  # ... and the function (``name``) or handler (``name/handler``) it runs for
 
     @property
     def kept(self) -> str | bytes | None:
@@ -139,9 +158,13 @@ def _plan(message_id: str, fields: Fields, rules: Rules, waiting: Sequence[Funct
         return Plan(message_id, payload, problem=f"the 'event' field is not valid JSON: {error}")
     if type(event) is not dict:
         return Plan(message_id, payload, problem=f"the event is a JSON {type(event).__name__}, not an object")
-    occurrence = fields.get(SCHEDULE_FIELD)
+    extra = len(fields) > 1     # an event alone, the common case, has no other field to look up
+    occurrence = fields.get(SCHEDULE_FIELD) if extra else None
+    replay_for = fields.get(REPLAY_FOR_FIELD) if extra else None
     if occurrence is not None:
         planned = _scheduled(message_id, payload, event, occurrence, rules.functions, waiting)
+    elif replay_for is not None:
+        planned = _replayed(message_id, payload, event, replay_for, fields.get(REPLAY_OF_FIELD), rules, waiting)
     elif waiting:
         blocked = tuple(function.name for function in waiting
                         if any(rule.pattern.matches(event) for rule in function.template.rules))
@@ -195,6 +218,69 @@ def _scheduled(message_id: str, payload: str, event: dict[str, object], occurren
                     for schedule in active.function.template.schedules if schedule.handler == handler)
     return Plan(message_id, payload, event, targets[:1], scheduled=True, obsolete=not targets,
                 occurrence=occurrence_id)
+
+
+def _replayed(message_id: str, payload: str, event: dict[str, object], replay_for: bytes, replay_of: bytes | None,
+              rules: Rules, waiting: Sequence[Function]) -> Plan:
+    """A replayed entry runs only for the function (or the handler of it) its ``replay_for`` names.
+
+    Never for the other functions its event matches: they ran when the
+    source entry came. A named function that is not loaded any more can
+    never run it (dead-lettered, saying so), nor a handler the function no
+    longer has; one loaded but not built yet is waited for as any matching
+    function is; one whose rules no longer match the event leaves nothing to
+    run (acknowledged as matching nothing).
+    """
+    named = parse_replay_for(replay_for)
+    if isinstance(named, str):
+        return Plan(message_id, payload, event, problem=named)
+    function, handler = named
+    source = None
+    if replay_of is not None:
+        source = replay_of.decode("ascii", "replace")
+        if not _ENTRY_ID.fullmatch(source):
+            return Plan(message_id, payload, event,
+                        problem=f"the '{REPLAY_OF}' field {quote(replay_of)} is not a stream entry id")
+    replay = replay_for.decode()
+    for pending in waiting:
+        if pending.name == function:
+            blocked = any(rule.pattern.matches(event) for rule in pending.template.rules
+                          if handler is None or rule.handler == handler)
+            return Plan(message_id, payload, event, waiting=(function,) if blocked else (),
+                        replay_of=source, replay_for=replay)
+    active = next((active for active in rules.functions if active.name == function), None)
+    if active is None:
+        return Plan(message_id, payload, event, problem=f"replayed for function '{function}', which is not loaded",
+                    replay_of=source, replay_for=replay)
+    if handler is not None and all(rule.handler != handler for rule in active.function.template.rules):
+        return Plan(message_id, payload, event, replay_of=source, replay_for=replay,
+                    problem=f"replayed for {function}/{handler}, but function '{function}' has no rule "
+                            f"with handler {quote(handler)}")
+    targets = tuple(target for target in rules.matching(event)
+                    if target.active is active and (handler is None or target.rule.handler == handler))
+    return Plan(message_id, payload, event, targets, replay_of=source, replay_for=replay)
+
+
+def parse_replay_for(raw: bytes) -> tuple[str, str | None] | str:
+    """(function, handler or None) that a ``replay_for`` field names, or why it names none (a problem)."""
+    field = f"the '{REPLAY_FOR}' field"
+    if len(raw) > MAX_REPLAY_FOR_CHARS:
+        return f"{field} is {len(raw)} bytes, over the {MAX_REPLAY_FOR_CHARS} a function/handler can take"
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return f"{field} {quote(raw)} is not UTF-8 text"
+    if not text:
+        return f"{field} is empty; it names a function, or function/handler"
+    if not text.isprintable():
+        return f"{field} {quote(text)} holds a character that is not printable"
+    function, slash, handler = text.partition("/")
+    problem = function_name_problem(function)
+    if problem is not None:
+        return f"{field}: {problem}"
+    if slash and not handler:
+        return f"{field} {quote(text)} names no handler after the '/'"
+    return function, handler if slash else None
 
 
 def _too_deep(payload: str, event: dict[str, object]) -> bool:

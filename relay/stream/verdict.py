@@ -6,7 +6,8 @@ reclaimer:
 
     trimmed away while pending          → ACK (nothing left to run)
     schedule occurrence now obsolete    → ACK
-    malformed                           → DEAD_LETTER, 0 attempts
+    malformed                           → DEAD_LETTER, 0 attempts (a replay for a function
+                                          not loaded is one: relay.stream.plans)
     matches a function not built yet    → LEAVE_PENDING
     matches nothing                     → ACK, no invocation state to clear
     has targets, not yet dispatched     → None: dispatch it
