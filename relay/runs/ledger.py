@@ -24,14 +24,15 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 import redis
 from redis.typing import EncodableT, FieldT
 
+from relay.runs import record
 from relay.runs.record import (
     DLQ_STDERR_BYTES,
+    ERROR_CHARS,
     SETTLEMENT,
     TAIL_BYTES,
     Run,
@@ -53,6 +54,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("relay.runs.ledger")
 
+Fields = dict[str, str]   # one record as the ledger's stream entry holds it (relay.runs.record)
+
 DEFAULT_MAX_ENTRIES = 100_000
 DEFAULT_MAX_AGE_MS = 7 * 24 * 3600 * 1000
 TRIM_INTERVAL_MS = 60_000
@@ -69,11 +72,12 @@ class RunLedger:
         self.key = runs_stream(stream)
         self.host = host
         self.pid = pid
+        self._pid = str(pid)
         self.max_entries = max_entries
         self.max_age_ms = max_age_ms
         self._unrecorded = unrecorded
         self._clock_ms = clock_ms
-        self._pending: dict[str, list[Run]] = {}   # entry id → its records, until its settle
+        self._pending: dict[str, list[Fields]] = {}   # entry id → its records, until its settle
         self._queued: dict[str, int] = {}          # entry id → records on a pipeline not yet sent
         self._next_trim = 0
         self._failing = False
@@ -84,7 +88,9 @@ class RunLedger:
         self._add(attempt, self._run(attempt, outcome))
 
     def invocation_expired(self, attempt: Attempt) -> None:
-        self._add(attempt, replace(self._named(attempt), status=RunStatus.EXPIRED))
+        fields = self._named(attempt)
+        fields[record.STATUS] = RunStatus.EXPIRED.value
+        self._add(attempt, fields)
 
     def received(self, count: int) -> None:
         pass
@@ -110,8 +116,8 @@ class RunLedger:
         records = self._take(plan, settlement, None)
         if not records:
             return 0
-        for record in records:
-            pipe.xadd(self.key, _entry(record), maxlen=self.max_entries, approximate=True)
+        for fields in records:
+            pipe.xadd(self.key, _entry(fields), maxlen=self.max_entries, approximate=True)
         self._queued[plan.message_id] = len(records)
         return len(records) + self._queue_trim(pipe)
 
@@ -125,8 +131,8 @@ class RunLedger:
         if not records:
             return None
         pipe = self.client.pipeline(transaction=False)
-        for record in records:
-            pipe.xadd(self.key, _entry(record), maxlen=self.max_entries, approximate=True)
+        for fields in records:
+            pipe.xadd(self.key, _entry(fields), maxlen=self.max_entries, approximate=True)
         self._queue_trim(pipe)
         try:
             replies: list[object] = pipe.execute(raise_on_error=False)
@@ -134,34 +140,52 @@ class RunLedger:
             replies = [error] * len(records)
         failed = [reply for reply in replies[:len(records)] if isinstance(reply, Exception)]
         self._account(len(failed), failed[0] if failed else None)
-        ran = [(record, reply) for record, reply in zip(records, replies, strict=False)
-               if record.kind != SETTLEMENT and record.status is not RunStatus.EXPIRED]
+        ran = [(fields, reply) for fields, reply in zip(records, replies, strict=False)
+               if fields[record.KIND] == record.RUN and fields[record.STATUS] != RunStatus.EXPIRED.value]
         if not ran:
             return None
         last, reply = ran[-1]
         run_id = reply.decode() if isinstance(reply, bytes) else reply if isinstance(reply, str) else None
-        return LastRun(run_id=run_id, status=last.status.value if last.status else "",
-                       exit_code=last.exit_code, stderr=tail(last.stderr, DLQ_STDERR_BYTES))
+        exit_code = last.get(record.EXIT_CODE)
+        return LastRun(run_id=run_id, status=last[record.STATUS],
+                       exit_code=int(exit_code) if exit_code is not None else None,
+                       stderr=tail(last.get(record.STDERR, ""), DLQ_STDERR_BYTES))
 
-    # --- the records ------------------------------------------------------------------
+    # --- the records: their fields as written (relay.runs.record), built straight, as this is the hot path --
 
-    def _named(self, attempt: Attempt) -> Run:
-        return Run(entry=attempt.message_id, event_id=attempt.event_id or "", function=attempt.function,
-                   handler=attempt.handler, rule=attempt.rule, attempt=attempt.number,
-                   key=attempt.idempotency_key, host=self.host, pid=self.pid, replay_of=attempt.replay_of or "",
-                   started_ms=attempt.started_at // 1_000_000)
+    def _named(self, attempt: Attempt) -> Fields:
+        fields = {record.KIND: record.RUN, record.ENTRY: attempt.message_id, record.FUNCTION: attempt.function,
+                  record.HANDLER: attempt.handler, record.RULE: attempt.rule, record.ATTEMPT: str(attempt.number),
+                  record.KEY: attempt.idempotency_key, record.HOST: self.host, record.PID: self._pid,
+                  record.STARTED: str(attempt.started_at // 1_000_000)}
+        if attempt.event_id:
+            fields[record.EVENT_ID] = attempt.event_id
+        if attempt.replay_of:
+            fields[record.REPLAY_OF] = attempt.replay_of
+        return fields
 
-    def _run(self, attempt: Attempt, outcome: Outcome | None) -> Run:
+    def _run(self, attempt: Attempt, outcome: Outcome | None) -> Fields:
+        fields = self._named(attempt)
         if outcome is None:
-            return replace(self._named(attempt), status=RunStatus.FAILED,
-                           error="Relay failed while running it (see its log)")
-        return replace(self._named(attempt), duration_ms=round(outcome.duration * 1000, 3), status=status_of(outcome),
-                   exit_code=outcome.exit_code, error=outcome.error or "",
-                   mode=("warm" if outcome.warm else "cold") if outcome.container_id else "",
-                   container=outcome.container_id or "",
-                   stdout=tail(outcome.stdout_tail, TAIL_BYTES), stderr=tail(outcome.stderr_tail, TAIL_BYTES))
+            fields[record.STATUS] = RunStatus.FAILED.value
+            fields[record.ERROR] = "Relay failed while running it (see its log)"
+            return fields
+        fields[record.STATUS] = status_of(outcome).value
+        fields[record.DURATION] = f"{outcome.duration * 1000:.3f}"
+        if outcome.exit_code is not None:
+            fields[record.EXIT_CODE] = str(outcome.exit_code)
+        if outcome.error:
+            fields[record.ERROR] = outcome.error[:ERROR_CHARS]
+        if outcome.container_id:
+            fields[record.MODE] = "warm" if outcome.warm else "cold"
+            fields[record.CONTAINER] = outcome.container_id
+        if outcome.stdout_tail:
+            fields[record.STDOUT] = tail(outcome.stdout_tail, TAIL_BYTES)
+        if outcome.stderr_tail:
+            fields[record.STDERR] = tail(outcome.stderr_tail, TAIL_BYTES)
+        return fields
 
-    def _add(self, attempt: Attempt, record: Run) -> None:
+    def _add(self, attempt: Attempt, fields: Fields) -> None:
         pending = self._pending
         records = pending.get(attempt.message_id)
         if records is None:
@@ -169,22 +193,26 @@ class RunLedger:
                 lost = pending.pop(next(iter(pending)))
                 self._account(len(lost), None)
             records = pending[attempt.message_id] = []
-        records.append(record)
+        records.append(fields)
 
-    def _take(self, plan: Plan, settlement: Settlement, retry: RetryDue | None) -> list[Run]:
+    def _take(self, plan: Plan, settlement: Settlement, retry: RetryDue | None) -> list[Fields]:
         """The entry's records, the last one saying how it was settled; a settlement record alone when
         the entry with targets was acknowledged or dead-lettered without an attempt here."""
         records = self._pending.pop(plan.message_id, [])
         settled, retry_at = _settled(settlement, retry, self._clock_ms())
-        reason = settlement.reason or "" if settlement.verdict is Verdict.DEAD_LETTER else ""
+        reason = (settlement.reason or "")[:ERROR_CHARS] if settlement.verdict is Verdict.DEAD_LETTER else ""
         if records:
             last = records[-1]
-            records[-1] = replace(last, settled=settled, retry_at_ms=retry_at, reason=reason)
+            last[record.SETTLED] = settled.value
+            if retry_at is not None:
+                last[record.RETRY_AT] = str(retry_at)
+            if reason:
+                last[record.REASON] = reason
         elif plan.targets and settlement.verdict is not Verdict.LEAVE_PENDING:
             records.append(Run(kind=SETTLEMENT, entry=plan.message_id, event_id=plan.event_id or "",
                                function=",".join(dict.fromkeys(t.active.name for t in plan.targets)),
                                host=self.host, pid=self.pid, started_ms=self._clock_ms(), settled=settled,
-                               reason=reason, replay_of=plan.replay_of or ""))
+                               reason=reason, replay_of=plan.replay_of or "").fields())
         return records
 
     def _queue_trim(self, pipe: Pipeline) -> int:
@@ -207,9 +235,9 @@ class RunLedger:
             log.info("The run ledger is written again", extra={"ledger": self.key})
 
 
-def _entry(record: Run) -> dict[FieldT, EncodableT]:
-    fields: dict[FieldT, EncodableT] = {name: value for name, value in record.fields().items()}
-    return fields
+def _entry(fields: Fields) -> dict[FieldT, EncodableT]:
+    """*fields* as redis-py's xadd annotates them (the same dict: its values are only read)."""
+    return cast("dict[FieldT, EncodableT]", fields)
 
 
 def _settled(settlement: Settlement, retry: RetryDue | None, now_ms: int) -> tuple[Settled, int | None]:
