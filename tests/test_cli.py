@@ -59,6 +59,10 @@ def test_help_after_a_subcommand(args):
     (("match", "--e"), "relay match: unknown option '--e' (did you mean --event or --explain?)"),
     (("dlq", "ls", "--limit"), "relay dlq: --limit needs a value"),
     (("stats", "--json=yes"), "relay stats: --json takes no value"),
+    (("runs", "ls", "--stauts=failed"), "relay runs: unknown option '--stauts' (did you mean --status?)"),
+    (("runs", "show"), "relay: invalid arguments: runs show"),
+    (("runs", "follow", "--limit=3"), "relay: invalid arguments: runs follow --limit=3"),
+    (("runs", "ls", "--since"), "relay runs: --since needs a value"),
 ])
 def test_usage_errors_exit_2(args, first_line):
     result = run_relay(*args)

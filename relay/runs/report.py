@@ -75,9 +75,9 @@ def duration(milliseconds: float | None) -> str:
     """``850.2ms``, ``1.25s``, ``2m3.5s``; ``-`` when unknown."""
     if milliseconds is None:
         return "-"
-    if milliseconds < 1000:
+    if round(milliseconds, 1) < 1000:
         return f"{milliseconds:.1f}ms"
-    if milliseconds < 60_000:
+    if round(milliseconds / 1000, 2) < 60:
         return f"{milliseconds / 1000:.2f}s"
     return format_duration(round(milliseconds / 100) * 100 * MILLISECOND)
 
@@ -206,7 +206,7 @@ def _exit(run: Run) -> str:
 def _tail(name: str, text: str) -> list[str]:
     if not text:
         return [f"  {name}: (empty)"]
-    return [f"  {name} (its last 4 KiB):", *(f"    {printable(line)}" for line in text.rstrip("\n").split("\n"))]
+    return [f"  {name} (last 4 KiB):", *(f"    {printable(line)}" for line in text.rstrip("\n").split("\n"))]
 
 
 def _field(name: str, value: str) -> str:
