@@ -27,11 +27,12 @@ HOSTILE = "\x1b]0;owned\x07\x1b[2J\x9b31m\u202e\x7f\r\n\x00"   # title, clear sc
 
 
 def test_ls_is_one_aligned_line_a_record_under_a_header():
+    """Its time is when the record was written (the lists' order, and what --since selects by)."""
     assert run_table([SETTLEMENT, TIMED_OUT, FAILED]) == """\
 TIME                  FUNCTION            ATTEMPT  OUTCOME                   DURATION  WORKER         ENTRY
 2026-12-07T00:00:30Z  users/a.h           -        acknowledged              -         worker-c/9     1796601629000-0
-2026-12-07T00:00:14Z  orders/app.handler  2        timed out, dead-lettered  6.00s     worker-b/77    1796601599800-0
-2026-12-07T00:00:00Z  orders/app.handler  1        failed, retry due         1.23s     worker-a/4242  1796601599800-0
+2026-12-07T00:00:20Z  orders/app.handler  2        timed out, dead-lettered  6.00s     worker-b/77    1796601599800-0
+2026-12-07T00:00:01Z  orders/app.handler  1        failed, retry due         1.23s     worker-a/4242  1796601599800-0
 """
 
 
@@ -40,7 +41,7 @@ def test_ls_of_nothing_is_the_header():
 
 
 def test_follow_lines_have_fixed_minimum_columns():
-    assert run_line(TIMED_OUT) == ("2026-12-07T00:00:14Z  orders/app.handler                2        "
+    assert run_line(TIMED_OUT) == ("2026-12-07T00:00:20Z  orders/app.handler                2        "
                                    "timed out, dead-lettered  6.00s      worker-b/77           1796601599800-0")
 
 
@@ -99,8 +100,8 @@ def test_a_replayed_entry_names_what_it_replays():
 def test_inspect_lists_the_last_runs_or_says_in_one_line_why_not():
     assert function_runs(LastRuns((TIMED_OUT, FAILED), ledger="relay:events:runs")) == [
         "TIME                  HANDLER      ATTEMPT  OUTCOME                   DURATION  ENTRY",
-        "2026-12-07T00:00:14Z  app.handler  2        timed out, dead-lettered  6.00s     1796601599800-0",
-        "2026-12-07T00:00:00Z  app.handler  1        failed, retry due         1.23s     1796601599800-0"]
+        "2026-12-07T00:00:20Z  app.handler  2        timed out, dead-lettered  6.00s     1796601599800-0",
+        "2026-12-07T00:00:01Z  app.handler  1        failed, retry due         1.23s     1796601599800-0"]
     assert function_runs(LastRuns(ledger="relay:events:runs")) == ["none in the run ledger (relay:events:runs)"]
     assert function_runs(LastRuns(missing="REDIS_URI is not set")) == ["not shown: REDIS_URI is not set"]
 
@@ -144,7 +145,8 @@ def test_every_field_a_writer_wrote_is_escaped_and_a_cell_is_cut():
     for text in texts:
         assert all(line.isprintable() for line in text.split("\n")), text
     table = run_table([hostile]).splitlines()[1]
-    assert table.startswith("-  ")   # a start past the year 9999 is no time
+    assert table.startswith("2026-12-07T00:00:00Z  ")
+    assert "\n  Started:         -\n" in texts[2]   # a start past the year 9999 is no time
     assert "orders\\x1b]0;owned\\x07\\x1b[2J\\x9b31m\\u202e\\x7f\\r\\n\\x00" in table
     assert "/hh...  " in table and "hhh" not in table   # the 500-character handler, cut
     assert len(table) <= 7 * (report.CELL_CHARS + 2) + len(", dead-lettered")   # no cell is longer

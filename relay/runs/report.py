@@ -45,9 +45,14 @@ def written_ms(run: Run) -> int | None:
     return int(first) if first.isascii() and first.isdigit() and len(first) <= 18 else None
 
 
-def when(run: Run) -> str:
-    """When the run started; for a record without a start (a settlement), when it was written."""
-    return time_text(run.started_ms if run.started_ms is not None else written_ms(run))
+def recorded(run: Run) -> str:
+    """When the record was written: at the end of the run's dispatch, with the entry's settlement. The lists
+    show this time, as they are in its order and ``--since`` and ``--until`` select by it."""
+    return time_text(written_ms(run))
+
+
+def started(run: Run) -> str:
+    return time_text(run.started_ms)
 
 
 def time_text(unix_ms: int | None) -> str:
@@ -100,7 +105,7 @@ def run_line(run: Run) -> str:
 
 
 def _ls_row(run: Run) -> tuple[str, ...]:
-    return (when(run), _cell(run.target) or "-", attempt(run), outcome(run), duration(run.duration_ms),
+    return (recorded(run), _cell(run.target) or "-", attempt(run), outcome(run), duration(run.duration_ms),
             _cell(run.worker) or "-", _cell(run.entry) or "-")
 
 
@@ -110,7 +115,7 @@ def function_runs(last: LastRuns) -> list[str]:
         return [f"not shown: {printable(last.missing)}"]
     if not last.runs:
         return [f"none in the run ledger ({printable(last.ledger)})" if last.ledger else "none in the run ledger"]
-    rows = [(when(run), _cell(run.handler) or "-", attempt(run), outcome(run), duration(run.duration_ms),
+    rows = [(recorded(run), _cell(run.handler) or "-", attempt(run), outcome(run), duration(run.duration_ms),
              _cell(run.entry) or "-") for run in last.runs]
     return _table(INSPECT_HEADER, rows).splitlines()
 
@@ -168,7 +173,7 @@ def _record(run: Run, chosen: str) -> list[str]:
     if run.rule and run.rule != run.target:
         fields.append(("Rule", printable(run.rule)))
     if run.kind == RUN:
-        fields += [("Attempt", attempt(run)), ("Outcome", status(run) + _exit(run)), ("Started", when(run)),
+        fields += [("Attempt", attempt(run)), ("Outcome", status(run) + _exit(run)), ("Started", started(run)),
                    ("Duration", duration(run.duration_ms))]
     else:
         fields.append(("Recorded", time_text(written_ms(run))))
