@@ -117,6 +117,15 @@ def test_show_by_entry_or_by_run_id_prints_every_attempt_with_both_tails(runs, r
     assert shown["runs"][1]["settled"] == "dead-lettered"
 
 
+def test_an_id_that_is_a_run_s_and_its_own_entry_s_shows_the_entry(runs, redis_client):
+    """The ledger and the stream number their entries apart: in the same millisecond both can have 5-0."""
+    entry = entry_id(redis_client)
+    redis_client.xadd(LEDGER, attempt(entry).fields(), id=entry)
+    other = write(redis_client, attempt(entry, number=2))
+    text = runs("show", entry).stdout
+    assert f"\nRun {entry}\n" in text and f"\nRun {other}\n" in text and "asked for" not in text
+
+
 def test_show_of_a_settlement_only_entry(runs, redis_client):
     entry = entry_id(redis_client)
     write(redis_client, Run(kind=SETTLEMENT, entry=entry, function="orders", handler="app.handler",

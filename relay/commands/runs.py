@@ -91,6 +91,8 @@ def _ls(runs: Runs, filters: RunFilter, limit: int, as_json: bool, stdout: TextI
 
 def _show(runs: Runs, wanted: str, as_json: bool, stdout: TextIO) -> int:
     chosen = runs.get(wanted)
+    if chosen is not None and chosen.entry == wanted:   # a run and its entry can have the same id: it is the entry
+        chosen = None
     if chosen is not None:
         entry, found = chosen.entry, _of_entry(runs, chosen.entry)
         if chosen.run_id not in {record.run_id for record in found}:
