@@ -1,6 +1,7 @@
 """``relay runs`` and inspect's last runs against a real redis-server, run as an operator would
 (``python -m relay``, the entry point relay.pyz runs too)."""
 
+import itertools
 import json
 import signal
 import subprocess
@@ -50,9 +51,12 @@ def attempt(entry, number=1, status=RunStatus.SUCCEEDED, function="orders", **ex
                **extra)
 
 
+_entries = itertools.count(1)
+
+
 def entry_id(client):
-    """A fresh id of the source stream, as a producer's XADD gives one."""
-    return client.xadd("events", {"event": "{}"}).decode()
+    """A new entry id of the source stream: a few seconds old, so that no run id the ledger gives is the same."""
+    return f"{int(time.time() * 1000) - 5000}-{next(_entries)}"
 
 
 def rows(result):
@@ -117,13 +121,19 @@ def test_show_by_entry_or_by_run_id_prints_every_attempt_with_both_tails(runs, r
     assert shown["runs"][1]["settled"] == "dead-lettered"
 
 
-def test_an_id_that_is_a_run_s_and_its_own_entry_s_shows_the_entry(runs, redis_client):
-    """The ledger and the stream number their entries apart: in the same millisecond both can have 5-0."""
-    entry = entry_id(redis_client)
-    redis_client.xadd(LEDGER, attempt(entry).fields(), id=entry)
-    other = write(redis_client, attempt(entry, number=2))
-    text = runs("show", entry).stdout
-    assert f"\nRun {entry}\n" in text and f"\nRun {other}\n" in text and "asked for" not in text
+def test_an_id_that_is_an_entry_s_and_a_run_s_shows_the_entry_and_names_the_other(runs, redis_client):
+    """The ledger and the stream number their entries apart: in one millisecond both can have a 5-0."""
+    entry, other_entry, shared = entry_id(redis_client), entry_id(redis_client), entry_id(redis_client)
+    redis_client.xadd(LEDGER, attempt(entry).fields(), id=entry)            # a run of its own entry, same id
+    redis_client.xadd(LEDGER, attempt(other_entry).fields(), id=shared)     # a run of another entry
+    write(redis_client, attempt(entry, number=2))
+    write(redis_client, attempt(shared))
+    own = runs("show", entry)
+    assert (own.stderr, own.stdout.count("\nRun ")) == ("", 2) and "asked for" not in own.stdout
+    both = runs("show", shared)
+    assert both.returncode == 0 and both.stdout.startswith(f"Entry:           {shared}\n")
+    assert both.stderr == (f"relay runs show: {shared} is also the id of a run of entry {other_entry}; "
+                           f"'relay runs show {other_entry}' shows that one\n")
 
 
 def test_show_of_a_settlement_only_entry(runs, redis_client):

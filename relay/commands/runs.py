@@ -22,6 +22,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, TextIO
 
 from relay.errors import RelayError, RunsError
+from relay.quoting import printable
 from relay.runs import report
 from relay.runs.reader import RunFilter, checked_id, parse_outcomes
 from relay.runs.times import parse_time
@@ -90,18 +91,27 @@ def _ls(runs: Runs, filters: RunFilter, limit: int, as_json: bool, stdout: TextI
 
 
 def _show(runs: Runs, wanted: str, as_json: bool, stdout: TextIO) -> int:
+    """The entry *wanted* is the id of, else the entry of the run it is the id of.
+
+    The ledger and the stream number their entries apart, so on a busy stream
+    an id is often both an entry's and an unrelated run's. The entry wins (``ls``
+    lists entry ids), and a line on stderr names the run's entry.
+    """
+    found = runs.of_entry(wanted)
     chosen = runs.get(wanted)
-    if chosen is not None and chosen.entry == wanted:   # a run and its entry can have the same id: it is the entry
+    if found:
+        entry = wanted
+        if chosen is not None and chosen.entry != wanted:
+            print(f"relay runs show: {wanted} is also the id of a run of entry {printable(chosen.entry)}; "
+                  f"'relay runs show {printable(chosen.entry)}' shows that one", file=sys.stderr)
         chosen = None
-    if chosen is not None:
+    elif chosen is not None:
         entry, found = chosen.entry, _of_entry(runs, chosen.entry)
         if chosen.run_id not in {record.run_id for record in found}:
             found = sorted([*found, chosen], key=lambda record: _order(record.run_id))
     else:
-        entry, found = wanted, runs.of_entry(wanted)
-        if not found:
-            raise RunsError(f"no run and no entry {wanted} in {runs.key}: the id is of neither, or the ledger "
-                            "no longer keeps its records (RUNS_MAX_AGE, RUNS_MAX_ENTRIES)")
+        raise RunsError(f"no run and no entry {wanted} in {runs.key}: the id is of neither, or the ledger "
+                        "no longer keeps its records (RUNS_MAX_AGE, RUNS_MAX_ENTRIES)")
     if as_json:
         stdout.write(json.dumps({"entry": entry, "runs": [record.to_json() for record in found]},
                                 ensure_ascii=False, indent=2) + "\n")
