@@ -318,3 +318,19 @@ def test_the_real_inspect_with_redis_unconfigured(tmp_path):
     assert (result.returncode, result.stderr) == (0, "")
     assert result.stdout.endswith("\nLast runs:\n  not shown: REDIS_STREAM is not set (in the environment or the "
                                   "service's environment file; --env-file names another)\n")
+
+
+def test_relay_pyz_runs_ls_and_show_with_redis_only(pyz, env, redis_client, tmp_path):
+    """A plain python3 without Relay's dependencies, run from elsewhere than the source tree."""
+    import shutil
+
+    entry = entry_id(redis_client)
+    write(redis_client, attempt(entry, status=RunStatus.FAILED))
+    command = [shutil.which("python3"), str(pyz), "runs"]
+    variables = {**env, "RELAY_PYZ_CACHE": str(tmp_path / "cache")}
+    listed = subprocess.run([*command, "ls"], cwd=tmp_path, env=variables, capture_output=True, text=True,
+                            timeout=120)
+    assert (listed.returncode, listed.stderr) == (0, "") and listed.stdout.splitlines()[1].endswith(entry)
+    shown = subprocess.run([*command, "show", entry], cwd=tmp_path, env=variables, capture_output=True, text=True,
+                           timeout=120)
+    assert shown.returncode == 0 and "    ValueError\n" in shown.stdout
