@@ -30,6 +30,7 @@ Commands:
   secret      List, set or remove secrets in the local store.
   git         Sync /functions from a git repository over SSH.
   dlq         Inspect dead-lettered entries, send them back or delete them.
+  runs        List, show and follow the runs every worker recorded.
   replay      Send a time range of the stream through a function again.
   validate    Check a functions directory offline, every problem at once.
   match       Show which handlers an event would run, offline.
@@ -42,7 +43,7 @@ Options:
 Run 'relay <command> --help' for the help of one command.
 """
 
-# The commands that read Relay's variables (health, dlq, invoke) also read the service's environment file.
+# The commands that read Relay's variables (health, dlq, runs, invoke) also read the service's environment file.
 ENV_FILE_HELP = """
 The variables come from the environment and, for those it lacks, from the
 file --env-file names, else from /etc/relay/relay.env when it exists: the
@@ -94,13 +95,19 @@ List the functions Relay has loaded, or show one in detail.
 
 Usage:
   relay function ls [--json]
-  relay function inspect <name> [--json]
+  relay function inspect <name> [--json] [--env-file=<file>]
   relay function (-h | --help)
 
 Options:
-  --json   JSON instead of the table: a list for ls, an object for inspect
-           (docs/operations.md).
-""",
+  --json             JSON instead of the table: a list for ls, an object for
+                     inspect (docs/operations.md).
+  --env-file=<file>  The file of the variables the environment lacks, as below.
+
+Both read the state database Relay keeps on this host, so they work while
+Relay or Redis is down. 'inspect' also shows the function's last 10 runs from
+the run ledger (relay runs) when REDIS_URI and REDIS_STREAM are set, and says
+in one line why not when they are not, or Redis does not answer.
+""" + ENV_FILE_HELP,
     "secret": """\
 Manage secrets in the local store (/var/lib/relay/secrets).
 
@@ -187,6 +194,40 @@ it only for that function, with new idempotency keys and fresh attempts.
 Schedule occurrences and the copies of earlier replays are skipped. It says
 first how many entries it will add and how far back the stream reaches.
 Interrupted, it prints the command that continues where it stopped.
+    "runs": """\
+List, show and follow the run ledger: every attempt on every worker, and how each entry was settled.
+
+Usage:
+  relay runs ls [--function=<name>] [--handler=<handler>] [--status=<outcome>] [--since=<time>]
+                [--until=<time>] [--event-id=<id>] [--entry=<id>] [--limit=<n>] [--json] [--env-file=<file>]
+  relay runs show <id> [--json] [--env-file=<file>]
+  relay runs follow [--function=<name>] [--handler=<handler>] [--status=<outcome>] [--since=<time>]
+                    [--event-id=<id>] [--entry=<id>] [--json] [--env-file=<file>]
+  relay runs (-h | --help)
+
+Options:
+  --function=<name>     Only the runs of this function.
+  --handler=<handler>   Only the runs of this handler, such as app.handler.
+  --status=<outcome>    Only the runs that ended so: succeeded, failed, timed-out,
+                        killed, not-started, expired; or dead-lettered (the entry
+                        was, after it). Several joined by commas: failed,killed.
+  --since=<time>        Only the runs recorded at or after this time: RFC 3339
+                        (2026-12-06T10:00:00Z) or a duration ago (90m, 24h).
+                        For follow, the runs since then come first.
+  --until=<time>        Only the runs recorded at or before this time, as --since.
+  --event-id=<id>       Only the runs of events with this event_id.
+  --entry=<id>          Only the runs of this stream entry.
+  --limit=<n>           The newest n runs that match [default: 20].
+  --json                Every field of each record as JSON: one object a line for
+                        ls and follow, one object for show.
+  --env-file=<file>     The file of the variables the environment lacks, as below.
+
+Reads REDIS_URI and REDIS_STREAM: the ledger is relay:<REDIS_STREAM>:runs, one
+record an attempt, kept for RUNS_MAX_AGE and at most RUNS_MAX_ENTRIES records.
+'ls' lists the newest first. 'show' takes a run id or an entry id and prints
+every attempt of that entry, oldest first, with the last 4 KiB of its stdout
+and stderr, and how the entry was settled. 'follow' prints the runs as they are
+recorded, until Ctrl-C. A run is recorded when it ends.
 """ + ENV_FILE_HELP,
     "validate": """\
 Check a functions directory as 'relay start' would load it, without Redis or Docker.
@@ -261,6 +302,7 @@ ADMIN_COMMANDS = {
     "git": "relay.commands.git",
     "dlq": "relay.commands.dlq",
     "replay": "relay.commands.replay",
+    "runs": "relay.commands.runs",
     "validate": "relay.commands.validate",
     "match": "relay.commands.match",
     "invoke": "relay.commands.invoke",

@@ -13,6 +13,10 @@ name: the value as YAML (and JSON) would write it, never as Python does --
 ``{"suffix": ["_test"]}`` -- bounded the same way, with control and
 invisible format characters escaped so that no value can reach a terminal
 as anything but text.
+
+``printable`` is the rendering of someone else's text on a terminal, line by
+line (``relay dlq``, ``relay runs``): the text itself, with every character a
+terminal could act on written as an escape such as ``\\x1b``.
 """
 
 from __future__ import annotations
@@ -52,6 +56,7 @@ def shorten(text: str, limit: int = QUOTE_LIMIT) -> str:
 _MAX_ITEMS = 4   # items shown of a list or mapping, then "..."
 _MAX_LEVELS = 3  # nested lists and mappings shown, then [...] or {...}
 _ESCAPES = {'"': '\\"', "\\": "\\\\", "\n": "\\n", "\r": "\\r", "\t": "\\t"}
+_NAMED_ESCAPES = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
 
 
 def show(value: object, limit: int = QUOTE_LIMIT) -> str:
@@ -114,3 +119,25 @@ def _string(text: str, limit: int) -> str:
             escape = f"\\u{ord(character):04x}"
         out.append(escape or character)
     return '"' + "".join(out) + ('..."' if len(text) > limit else '"')
+
+
+def printable(text: str) -> str:
+    """*text* with every character that ``str.isprintable`` refuses written as a Python-style escape.
+
+    Those are the characters a terminal could act on: C0 and C1 controls,
+    ESC, DEL, bidirectional overrides, line separators, lone surrogates.
+    ``\\n``, ``\\r`` and ``\\t`` keep their names; the rest are ``\\x1b``,
+    ``\\u202e`` or ``\\U000e0001``. Printable text comes back unchanged.
+    """
+    if text.isprintable():
+        return text
+    return "".join(character if character.isprintable() else _escape(character) for character in text)
+
+
+def _escape(character: str) -> str:
+    code = ord(character)
+    if character in _NAMED_ESCAPES:
+        return _NAMED_ESCAPES[character]
+    if code < 0x100:
+        return f"\\x{code:02x}"
+    return f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"

@@ -61,6 +61,10 @@ def test_help_after_a_subcommand(args):
     (("replay", "--since=1h", "--bogus"), "relay replay: unknown option '--bogus'; "),
     (("replay", "--function=orders"), "relay: invalid arguments: replay --function=orders"),
     (("stats", "--json=yes"), "relay stats: --json takes no value"),
+    (("runs", "ls", "--stauts=failed"), "relay runs: unknown option '--stauts' (did you mean --status?)"),
+    (("runs", "show"), "relay: invalid arguments: runs show"),
+    (("runs", "follow", "--limit=3"), "relay: invalid arguments: runs follow --limit=3"),
+    (("runs", "ls", "--since"), "relay runs: --since needs a value"),
 ])
 def test_usage_errors_exit_2(args, first_line):
     result = run_relay(*args)

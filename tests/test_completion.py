@@ -12,7 +12,7 @@ from tests.support.workers import write_function
 
 COMPLETION = ROOT / "deploy" / "relay.bash-completion"
 DEFAULT_BREAKS = " \t\n\"'><=;|&(:"
-SUBCOMMANDS = {"function", "secret", "git", "dlq"}
+SUBCOMMANDS = {"function", "secret", "git", "dlq", "runs"}
 
 
 def complete(line, breaks=DEFAULT_BREAKS):
@@ -93,6 +93,13 @@ def test_a_flag_value_is_completed_after_its_equals_sign(tmp_path):
     assert complete("relay dlq purge --be") == ["--before="]
     (tmp_path / "relay.env").write_text("")
     assert complete(f"relay health --env-file={tmp_path}/rel") == [f"{tmp_path}/relay.env"]
+
+
+def test_runs_completes_its_outcomes_and_the_flags_of_its_long_usage_lines():
+    assert complete("relay runs ls --status=t") == ["timed-out"]
+    assert complete("relay runs follow --status=dead") == ["dead-lettered"]
+    assert {"--until=", "--limit=", "--entry=", "--env-file="} <= set(complete("relay runs ls --"))
+    assert "--until=" not in complete("relay runs follow --")
 
 
 def test_validate_and_match_complete_a_directory(tmp_path):

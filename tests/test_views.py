@@ -481,7 +481,7 @@ def test_json_forms_have_the_documented_shape(tmp_path, capsys):
     assert listing[0] == {"name": "user-events-python", "runtime": "python3.14", "status": "ready", "handlers": 3,
                           "schedules": 0, "updated_at": "2026-09-08T12:00:00Z"}
     assert [item["name"] for item in listing] == ["user-events-python", "welcome-email-node"]
-    assert function_command.run({"ls": False, "<name>": "welcome-email-node", "--json": True}, path) == 0
+    assert function_command.run({"ls": False, "<name>": "welcome-email-node", "--json": True}, path, {}) == 0
     inspected = json.loads(capsys.readouterr().out)
     assert inspected["warm"] == {"containers": 2, "max_invocations": 1000, "idle": "10m0s", "prestart": True,
                                  "running": 2}
@@ -489,7 +489,10 @@ def test_json_forms_have_the_documented_shape(tmp_path, capsys):
     assert inspected["rate_limit"] is None and inspected["concurrency_key"] is None
     assert set(inspected) == {"name", "runtime", "status", "image", "fingerprint", "prepared_at",
                               "last_reconcile_at", "last_reconcile_status", "last_error", "env", "secrets",
-                              "events", "schedules", "warm", "rate_limit", "concurrency_key", "counters"}
+                              "events", "schedules", "warm", "rate_limit", "concurrency_key", "counters",
+                              "runs", "runs_unavailable"}
+    assert inspected["runs"] is None
+    assert inspected["runs_unavailable"].startswith("REDIS_URI and REDIS_STREAM are not set")
     StateDatabase(path).write([replace(WELCOME, rate_limit="20/s", concurrency_key="new_image.id")],
                               Stats(STATS, updated_at=NOW),
                               {"welcome-email-node": FunctionStats(waits=LimitWaits(12, 3.5, 3, 0.25))})

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, TextIO
 import redis
 
 from relay.errors import RelayError
+from relay.quoting import printable as _shown
 from relay.quoting import shorten
 
 if TYPE_CHECKING:
@@ -35,7 +36,6 @@ if TYPE_CHECKING:
     from relay.stream.deadletters import DeadLetter, DeadLetters
 
 REDRIVE_CHUNK = 100  # entries sent back per script: each chunk is one atomic step
-_NAMED_ESCAPES = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
 
 
 def run(args: Arguments, environ: Mapping[str, str] | None = None, stdin: TextIO | None = None,
@@ -231,22 +231,6 @@ def _attempts(letter: DeadLetter) -> str:
     if letter.attempts is not None:
         return str(letter.attempts)
     return shorten(_shown(letter.attempts_text), 40) or "-"
-
-
-def _shown(text: str) -> str:
-    """*text* with every character that ``str.isprintable`` refuses written as a Python-style escape."""
-    if text.isprintable():
-        return text
-    return "".join(character if character.isprintable() else _escape(character) for character in text)
-
-
-def _escape(character: str) -> str:
-    code = ord(character)
-    if character in _NAMED_ESCAPES:
-        return _NAMED_ESCAPES[character]
-    if code < 0x100:
-        return f"\\x{code:02x}"
-    return f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
 
 
 def _age(milliseconds: float) -> str:

@@ -1,16 +1,21 @@
 """``relay function ls`` and ``relay function inspect <name>``: the loaded functions, from the state database.
 
-They read the state database file and nothing else, so they work while
-Relay or Redis is down.
+They read the state database file, so they work while Relay or Redis is
+down. ``inspect`` also shows the function's last runs from the run ledger
+(relay.runs) when REDIS_URI and REDIS_STREAM are set, in the environment or
+the service's environment file; when they are not, or Redis does not
+answer, it says so in one line where the runs would be and shows the rest.
+Redis is imported only then, so the state views stay light.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
-from relay.errors import UnknownFunction
+from relay.errors import RelayError, UnknownFunction
+from relay.runs.report import LastRuns
 from relay.view import json_report
 from relay.view.database import DB_PATH
 from relay.view.reader import StateReader
@@ -21,8 +26,16 @@ if TYPE_CHECKING:
     from relay.view.records import FunctionRecord
 
 
-def run(args: Arguments, path: str | os.PathLike[str] | None = None) -> int:
-    """Run ``relay function ls | inspect <name>`` from docopt's *args*; return the exit code."""
+LAST_RUNS = 10
+
+
+def run(args: Arguments, path: str | os.PathLike[str] | None = None,
+        environ: Mapping[str, str] | None = None) -> int:
+    """Run ``relay function ls | inspect <name>`` from docopt's *args*; return the exit code.
+
+    *environ* is where inspect finds REDIS_URI and REDIS_STREAM (default: the
+    environment, then the service's environment file).
+    """
     reader = StateReader(path or DB_PATH)
     as_json = args.get("--json")
     if args["ls"]:
@@ -38,6 +51,42 @@ def run(args: Arguments, path: str | os.PathLike[str] | None = None) -> int:
             raise UnknownFunction(f'{command}: unknown function "{name}": Relay has not loaded it '
                                   f"(state database {reader.path}; 'relay function ls' lists the loaded functions)")
         stats = reader.function_stats(name)
-        return json_report.function(record, stats) if as_json else render_function(record, stats, now())
+        runs = last_runs(name, args.get("--env-file"), environ)
+        return json_report.function(record, stats, runs) if as_json else render_function(record, stats, now(), runs)
 
     return print_report(command, inspect)
+
+
+def last_runs(name: str, env_file: str | None, environ: Mapping[str, str] | None = None) -> LastRuns:
+    """The last LAST_RUNS runs of function *name* from the ledger, or why they cannot be read."""
+    try:
+        if environ is None:
+            from relay.envfile import command_environment
+
+            environ = command_environment(env_file, os.environ)
+        unset = [variable for variable in ("REDIS_URI", "REDIS_STREAM") if not environ.get(variable, "").strip()]
+        if unset:
+            return LastRuns(missing=f"{' and '.join(unset)} {'is' if len(unset) == 1 else 'are'} not set (in the "
+                                    "environment or the service's environment file; --env-file names another)")
+        return _read_runs(name, environ)
+    except RelayError as error:
+        return LastRuns(missing=str(error))
+
+
+def _read_runs(name: str, environ: Mapping[str, str]) -> LastRuns:
+    import redis
+
+    from relay.clients import connect_redis, ping_redis
+    from relay.config import load_redis_settings, load_stream
+    from relay.runs.reader import RunFilter, Runs
+
+    settings = load_redis_settings(environ)
+    client = connect_redis(settings)
+    try:
+        ping_redis(client, settings)
+        runs = Runs(client, load_stream(environ))
+        return LastRuns(tuple(runs.newest(RunFilter(function=name), LAST_RUNS)), ledger=runs.key)
+    except redis.RedisError as error:
+        return LastRuns(missing=f"Redis failed: {error}")
+    finally:
+        client.close()

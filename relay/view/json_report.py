@@ -13,6 +13,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from relay.runs.report import LastRuns
     from relay.view.records import FunctionRecord, FunctionStats, Stats
 
 
@@ -22,7 +23,12 @@ def function_list(records: Sequence[FunctionRecord]) -> str:
                     "updated_at": _time(record.prepared_at or record.updated_at)} for record in records])
 
 
-def function(record: FunctionRecord, stats: FunctionStats) -> str:
+def function(record: FunctionRecord, stats: FunctionStats, last_runs: LastRuns | None = None) -> str:
+    """inspect's object; with *last_runs*, "runs" (the ledger's records, newest first, or null when it was not
+    read) and "runs_unavailable" (why not, or null)."""
+    runs: dict[str, object] = {} if last_runs is None else {
+        "runs": None if last_runs.missing else [run.to_json() for run in last_runs.runs],
+        "runs_unavailable": last_runs.missing or None}
     return _dumps({
         "name": record.name, "runtime": record.runtime, "status": record.status, "image": record.image,
         "fingerprint": record.fingerprint, "prepared_at": _time(record.prepared_at),
@@ -38,7 +44,7 @@ def function(record: FunctionRecord, stats: FunctionStats) -> str:
         "concurrency_key": None if record.concurrency_key is None else {
             "field": record.concurrency_key, "waits": stats.waits.concurrency_key_waits,
             "wait_seconds": stats.waits.concurrency_key_wait_seconds},
-        "counters": asdict(stats.counters)})
+        "counters": asdict(stats.counters), **runs})
 
 
 def stats(snapshot: Stats) -> str:

@@ -19,6 +19,7 @@ from relay.durations import SECOND, format_duration
 from relay.errors import StateError, UnknownFunction
 
 if TYPE_CHECKING:
+    from relay.runs.report import LastRuns
     from relay.view.reader import StateReader
     from relay.view.records import FunctionRecord, FunctionStats, HandlerRecord, LimitWaits, Stats, WarmRecord
 
@@ -78,8 +79,10 @@ def render_function_list(records: Sequence[FunctionRecord], now: datetime) -> st
     return "".join(line.rstrip() + "\n" for line in lines)
 
 
-def render_function(record: FunctionRecord, stats: FunctionStats, now: datetime) -> str:
-    """``relay function inspect``: *record* (FunctionRecord) with its FunctionStats."""
+def render_function(record: FunctionRecord, stats: FunctionStats, now: datetime,
+                    last_runs: LastRuns | None = None) -> str:
+    """``relay function inspect``: *record* (FunctionRecord) with its FunctionStats, and its last runs when
+    *last_runs* is given (the ledger's, or why it was not read)."""
     lines = [_field("Name:", record.name), _field("Runtime:", record.runtime), _field("Status:", record.status)]
     if record.image:
         lines.append(_field("Image:", record.image))
@@ -96,6 +99,10 @@ def render_function(record: FunctionRecord, stats: FunctionStats, now: datetime)
         lines += [" " * LABEL_WIDTH + line for line in rest]
     for title, items in _sections(record, stats):
         lines += ["", title, *(f"  {item}".rstrip() for item in items)]
+    if last_runs is not None:
+        from relay.runs.report import function_runs
+
+        lines += ["", "Last runs:", *(f"  {item}".rstrip() for item in function_runs(last_runs))]
     return "".join(line + "\n" for line in lines)
 
 
