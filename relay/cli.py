@@ -194,6 +194,7 @@ it only for that function, with new idempotency keys and fresh attempts.
 Schedule occurrences and the copies of earlier replays are skipped. It says
 first how many entries it will add and how far back the stream reaches.
 Interrupted, it prints the command that continues where it stopped.
+""" + ENV_FILE_HELP,
     "runs": """\
 List, show and follow the run ledger: every attempt on every worker, and how each entry was settled.
 

@@ -24,6 +24,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
+from relay.quoting import printable
+
 if TYPE_CHECKING:
     import redis
 
@@ -307,9 +309,7 @@ def _count(count: int, one: str, many: str | None = None) -> str:
 
 
 def _shown(text: str) -> str:
-    from relay.commands.dlq import _shown as shown
-
-    return shown(text)
+    return printable(text)
 
 
 def _quote(text: str) -> str:
