@@ -157,11 +157,13 @@ def test_failed_only_takes_the_entries_whose_runs_failed_or_were_dead_lettered(r
     ledger(redis_client, kind="settlement", entry=ids[3], settled=Settled.DEAD_LETTERED, reason="exhausted")
     ledger(redis_client, entry=ids[4], status=RunStatus.FAILED, settled=Settled.DEAD_LETTERED,
            function="audit", handler="audit.handler", rule="audit/audit.handler")
+    ledger(redis_client, kind="settlement", entry=ids[5], function="audit,orders", settled=Settled.DEAD_LETTERED,
+           reason="the 'schedule' field was not written by Relay's scheduler")   # names each function it had
     code, out, _ = replay(f"--since={at(1)}", "--function=orders", "--failed-only", "--yes")
     assert code == 0, out
-    assert [(source, target) for source, target, _ in copies(redis_client)] == [(ids[0], "orders"),
-                                                                                  (ids[3], "orders")]
-    assert "2 entries to add: 2 for orders\nleft 4 entries whose runs did not fail (--failed-only)\n" in out
+    assert [(source, target) for source, target, _ in copies(redis_client)] == [
+        (ids[0], "orders"), (ids[3], "orders"), (ids[5], "orders")]
+    assert "3 entries to add: 3 for orders\nleft 3 entries whose runs did not fail (--failed-only)\n" in out
 
 
 def test_failed_only_with_a_handler_counts_that_handler_s_runs(replay, redis_client):

@@ -84,7 +84,8 @@ def _replay(args: Arguments, environ: Mapping[str, str], stdin: TextIO, stdout: 
     span = window(args["--since"], args["--until"] or "now")
     functions = _functions(args, stderr)
     client, stream = _connect(environ)
-    failures = Failures.scan(client, stream, span, args["--handler"]) if args["--failed-only"] else None
+    failures = (Failures.scan(client, stream, span, args["--handler"], args["--function"])
+                if args["--failed-only"] else None)
     selection = Selection(functions, args["--function"], args["--handler"], failures, _max_event_bytes(environ))
     first = first_entry(client, stream)
     _describe(stream, span, first, stdout)

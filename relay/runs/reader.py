@@ -173,6 +173,10 @@ class Runs:
         """The newest *limit* records that match *filters*, newest first."""
         return list(self._records(filters.low(), filters.high(), filters, newest_first=True, limit=limit))
 
+    def oldest(self, filters: RunFilter = RunFilter()) -> Iterator[Run]:
+        """Every record that matches *filters*, oldest first, page by page (filtered in Redis)."""
+        return self._records(filters.low(), filters.high(), filters, newest_first=False)
+
     def get(self, run_id: str) -> Run | None:
         """The record *run_id*, or None."""
         checked_id(run_id, "a run id")

@@ -40,10 +40,9 @@ from relay.config import DEFAULT_MAX_EVENT_BYTES
 from relay.errors import RunsError
 from relay.functions.rules import Rules
 from relay.quoting import quote
-from relay.runs import record
-from relay.runs.record import RUN, Settled
+from relay.runs.record import RUN, SETTLEMENT, Settled
 from relay.runs.times import parse_time
-from relay.stream.keys import EVENT, EVENT_FIELD, REPLAY_FOR, REPLAY_FOR_FIELD, REPLAY_OF, SCHEDULE_FIELD, runs_stream
+from relay.stream.keys import EVENT, EVENT_FIELD, REPLAY_FOR, REPLAY_FOR_FIELD, REPLAY_OF, SCHEDULE_FIELD
 from relay.stream.plans import plan_entry
 
 if TYPE_CHECKING:
@@ -52,7 +51,6 @@ if TYPE_CHECKING:
     from relay.functions import ActiveFunction
 
 PAGE = 100              # source entries per XRANGE: at most this many events are held at once
-LEDGER_PAGE = 1000      # ledger records per XRANGE (each at most ~10 KiB)
 DEFAULT_RATE = 100.0    # entries added per second
 _ENTRY_ID = re.compile(r"([0-9]{1,19})-([0-9]{1,20})", re.ASCII)
 _STILL_OPEN = (Settled.RETRY_DUE, Settled.PENDING)
@@ -143,8 +141,11 @@ class Failures:
     no retry of it was still due then. Records for the entries of a window
     were written at or after the window's start, so the ledger is read from
     there to its end; the ledger is capped (RUNS_MAX_AGE, RUNS_MAX_ENTRIES),
-    so what it has forgotten is not found. A record that names no function
-    (a settlement) counts for every function of its entry.
+    so what it has forgotten is not found. A settlement record (an entry
+    settled with no attempt) names every function of its entry, and counts
+    for each; one that names none counts for all. The ledger is read through its
+    filter in Redis (relay.runs.reader): with a function named, only that
+    function's records and the dead-lettered ones come back.
     """
 
     def __init__(self, failed: set[tuple[str, str]]) -> None:
@@ -152,16 +153,25 @@ class Failures:
 
     @classmethod
     def scan(cls, client: redis.Redis, stream: str, span: Window, handler: str | None = None,
-             page: int = LEDGER_PAGE) -> Failures:
-        """The failures of the entries in *span*, of *handler*'s rules only when given."""
+             function: str | None = None) -> Failures:
+        """The failures of the entries in *span*, of *function* (and *handler*'s rules) only when given.
+
+        The ledger is filtered in Redis (relay.runs.reader): only *function*'s records, and the
+        settlement records, which name every function of their entry, come back."""
+        from relay.runs.reader import DEAD_LETTERED, RunFilter, Runs
+
         latest: dict[tuple[str, str, str], bool] = {}    # (entry, function, rule): its latest run failed
         failed: set[tuple[str, str]] = set()             # (entry, function); function "" for any
-        for run_id, fields in read(client, runs_stream(stream), str(span.since_ms), "+", page):
-            run = record.decode(run_id, fields)
+        runs = Runs(client, stream)
+        wanted = [RunFilter(since_ms=span.since_ms)] if function is None else [
+            RunFilter(function=function, since_ms=span.since_ms), RunFilter(since_ms=span.since_ms,
+                                                                            outcomes=(DEAD_LETTERED,))]
+        for run in (run for filters in wanted for run in runs.oldest(filters)):
             if not span.holds(run.entry) or (handler is not None and run.handler not in ("", handler)):
                 continue
-            if run.settled is Settled.DEAD_LETTERED:
-                failed.add((run.entry, run.function))
+            if run.settled is Settled.DEAD_LETTERED:    # a settlement record names every function of its entry
+                names = run.function.split(",") if run.kind == SETTLEMENT else [run.function]
+                failed.update((run.entry, name) for name in names)
             elif run.kind == RUN and run.function:
                 latest[(run.entry, run.function, run.rule or run.handler)] = (
                     not run.ok and run.settled not in _STILL_OPEN)
