@@ -239,3 +239,15 @@ def test_status_of_an_outcome():
 def test_records_of_two_streams_are_kept_apart(redis_client):
     other = Engine(redis_client, [AUDIT], address=StreamAddress("other", "relay", "w"))
     assert other.ledger.key == "relay:other:runs" != RUNS
+
+
+def test_a_replayed_entry_s_runs_name_the_entry_it_copies(redis_client):
+    engine = Engine(redis_client, [ORDERS, AUDIT])
+    source = engine.publish({"kind": "order"})
+    engine.read()
+    copy = redis_client.xadd(STREAM, {"event": json.dumps({"kind": "order"}), "replay_of": source,
+                                      "replay_for": "audit"}).decode()
+    engine.read()
+    replayed = [run for run in engine.runs() if run.entry == copy]
+    assert [(run.function, run.replay_of) for run in replayed] == [("audit", source)]
+    assert all(run.replay_of == "" for run in engine.runs() if run.entry == source)

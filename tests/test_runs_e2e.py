@@ -142,9 +142,22 @@ def test_every_attempt_is_on_record_and_a_dead_letter_says_why(redis_server, red
             letters[ids["fails"]].stderr) == (failed.run_id, "failed", 3, "token rejected: ***")
     assert (letters[ids["slow"]].run_status, letters[ids["slow"]].exit_code) == ("timed out", None)
     assert (letters[ids["hog"]].run_status, letters[ids["hog"]].exit_code) == ("killed", 137)
-    shown = run_relay("dlq", "show", letters[ids["fails"]].dlq_id, env=base_env(
-        REDIS_URI=redis_server.address, REDIS_STREAM="events")).stdout
+    env = base_env(REDIS_URI=redis_server.address, REDIS_STREAM="events")
+    shown = run_relay("dlq", "show", letters[ids["fails"]].dlq_id, env=env).stdout
     assert "Last attempt:    failed, exit code 3\n" in shown
     assert f"Run:             {failed.run_id} (relay runs show {failed.run_id})\n" in shown
     assert shown.endswith("Stderr (its end):\n  token rejected: ***\n")
+
+    # relay runs, on the records the worker wrote: the list, one entry's attempts, and the filters.
+    listed = run_relay("runs", "ls", env=env)
+    assert listed.returncode == 0 and len(listed.stdout.splitlines()) == 6     # the header and five runs
+    for kind, outcome in (("fails", "failed"), ("slow", "timed out"), ("hog", "killed"), ("ok", "succeeded")):
+        assert any(line.endswith(ids[kind]) and outcome in line for line in listed.stdout.splitlines()), kind
+    report = run_relay("runs", "show", ids["fails"], env=env).stdout
+    for expected in (f"{cold}/app.fails", "exit code 3", "charging order 0", "token rejected: ***",
+                     failed.run_id, "dead-lettered"):
+        assert expected in report, expected
+    assert token not in report
+    killed_only = run_relay("runs", "ls", "--status=killed,timed-out", f"--function={cold}", env=env).stdout
+    assert sorted(line.split()[-1] for line in killed_only.splitlines()[1:]) == sorted([ids["hog"], ids["slow"]])
     assert relay.stop() == 0
