@@ -251,3 +251,15 @@ def test_a_replayed_entry_s_runs_name_the_entry_it_copies(redis_client):
     replayed = [run for run in engine.runs() if run.entry == copy]
     assert [(run.function, run.replay_of) for run in replayed] == [("audit", source)]
     assert all(run.replay_of == "" for run in engine.runs() if run.entry == source)
+
+
+def test_a_record_with_every_field_set_writes_exactly_the_fields_a_reader_knows():
+    from relay.runs.record import FIELDS, Run
+
+    full = Run(entry="1-0", event_id="e", function="f", handler="h", rule="f/h", attempt=1, key="k", host="w",
+               pid=1, mode="cold", container="c", started_ms=1, duration_ms=1.0, status=RunStatus.FAILED,
+               exit_code=1, error="x", stdout="o", stderr="e", settled=Settled.RETRY_DUE, retry_at_ms=5,
+               reason="r", replay_of="1-1")
+    assert set(full.fields()) == set(FIELDS)
+    assert decode("2-0", {name.encode(): value.encode() for name, value in full.fields().items()}) == \
+        Run(**{**{name: getattr(full, name) for name in Run.__slots__}, "run_id": "2-0", "status_text": "failed"})

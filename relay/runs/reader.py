@@ -41,11 +41,7 @@ SKEW_MS = 60_000       # an entry's records are looked for from a minute before 
 FOLLOW_BLOCK_MS = 2000  # one XREAD BLOCK of ``follow``: well under the client's socket timeout
 _ID = re.compile(r"(\d{1,20})-(\d{1,20})", re.ASCII)
 
-# The fields a record has: the only ones the script looks at and returns.
-FIELDS = (record.KIND, record.ENTRY, record.EVENT_ID, record.FUNCTION, record.HANDLER, record.RULE, record.ATTEMPT,
-          record.KEY, record.HOST, record.PID, record.MODE, record.CONTAINER, record.STARTED, record.DURATION,
-          record.STATUS, record.EXIT_CODE, record.ERROR, record.STDOUT, record.STDERR, record.SETTLED,
-          record.RETRY_AT, record.REASON, record.REPLAY_OF)
+FIELDS = record.FIELDS   # the fields a record has: the only ones the script looks at and returns
 
 # KEYS: the ledger. ARGV: 'rev' (newest first) or 'fwd'; the range's first and last id as XRANGE takes them
 # (for 'rev', the last first; "(" makes one exclusive); the entries to scan; the matches wanted; the bytes kept

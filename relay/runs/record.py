@@ -79,6 +79,8 @@ SETTLED = "settled"
 RETRY_AT = "retry_at"      # unix milliseconds
 REASON = "reason"          # the dead-letter reason
 REPLAY_OF = "replay_of"
+FIELDS = (KIND, ENTRY, EVENT_ID, FUNCTION, HANDLER, RULE, ATTEMPT, KEY, HOST, PID, MODE, CONTAINER, STARTED, DURATION,
+          STATUS, EXIT_CODE, ERROR, STDOUT, STDERR, SETTLED, RETRY_AT, REASON, REPLAY_OF)
 
 
 @dataclass(frozen=True, slots=True)
