@@ -301,34 +301,29 @@ def _required(environ, name):
 
 
 def _retention(environ):
-    raw = environ.get("REDIS_STREAM_RETENTION", "")
-    if not raw:
-        return None
-    try:
-        retention = parse_duration(raw)
-    except DurationError as error:
-        raise ConfigError(
-            f"REDIS_STREAM_RETENTION={quote(raw)} is not a duration ({shorten(str(error))}); "
-            "use a Go duration such as 6h or 90m"
-        ) from None
-    if retention <= 0:
-        raise ConfigError(f"REDIS_STREAM_RETENTION={quote(raw)} must be longer than zero, e.g. 6h")
-    return retention
+    return _duration(environ, "REDIS_STREAM_RETENTION", None, examples="6h or 90m", minimum=1,
+                     too_short="must be longer than zero, e.g. 6h")
 
 
 def _runs_max_age(environ):
-    raw = environ.get("RUNS_MAX_AGE", "")
+    return _duration(environ, "RUNS_MAX_AGE", DEFAULT_RUNS_MAX_AGE, examples="168h (7 days) or 24h",
+                     minimum=60 * 10**9, too_short="is under a minute; the run ledger keeps records at least 1m, "
+                                                   "e.g. 168h")
+
+
+def _duration(environ, name, default, *, examples, minimum, too_short):
+    """The Go duration in variable *name* in nanoseconds (*default* when unset), at least *minimum*."""
+    raw = environ.get(name, "")
     if not raw:
-        return DEFAULT_RUNS_MAX_AGE
+        return default
     try:
-        age = parse_duration(raw)
+        value = parse_duration(raw)
     except DurationError as error:
-        raise ConfigError(f"RUNS_MAX_AGE={quote(raw)} is not a duration ({shorten(str(error))}); "
-                          "use a Go duration such as 168h (7 days) or 24h") from None
-    if age < 60 * 10**9:
-        raise ConfigError(f"RUNS_MAX_AGE={quote(raw)} is under a minute; the run ledger keeps records "
-                          "at least 1m, e.g. 168h")
-    return age
+        raise ConfigError(f"{name}={quote(raw)} is not a duration ({shorten(str(error))}); "
+                          f"use a Go duration such as {examples}") from None
+    if value < minimum:
+        raise ConfigError(f"{name}={quote(raw)} {too_short}")
+    return value
 
 
 def _listen_address(environ, name):

@@ -359,3 +359,25 @@ def test_every_bad_variable_is_reported_at_once():
     assert lines[2:] == ["  REDIS_GROUP is required and must not be empty",
                          "  LOG_LEVEL='loud' is not a log level; use one of DEBUG, INFO, WARN, ERROR",
                          "  MAX_CONCURRENCY='0' must be a positive whole number such as 8"]
+
+
+@pytest.mark.parametrize(("value", "expected"), [
+    ("", (7 * 24 * 3600 * 10**9, 100_000)),
+    ("24h", (24 * 3600 * 10**9, 100_000)),
+])
+def test_the_run_ledger_s_bounds(value, expected):
+    config = load_config({**REQUIRED, "RUNS_MAX_AGE": value})
+    assert (config.runs_max_age, config.runs_max_entries) == expected
+
+
+@pytest.mark.parametrize(("variables", "error"), [
+    ({"RUNS_MAX_AGE": "7d"}, "RUNS_MAX_AGE='7d' is not a duration (unknown unit \"d\" in duration \"7d\"); "
+                             "use a Go duration such as 168h (7 days) or 24h"),
+    ({"RUNS_MAX_AGE": "30s"}, "RUNS_MAX_AGE='30s' is under a minute; the run ledger keeps records at least 1m, "
+                              "e.g. 168h"),
+    ({"RUNS_MAX_ENTRIES": "0"}, "RUNS_MAX_ENTRIES='0' must be a positive whole number such as 100000"),
+])
+def test_bad_run_ledger_bounds_are_named(variables, error):
+    with pytest.raises(ConfigError) as raised:
+        load_config({**REQUIRED, **variables})
+    assert str(raised.value) == error

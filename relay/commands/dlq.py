@@ -69,15 +69,10 @@ def run(args: Arguments, environ: Mapping[str, str] | None = None, stdin: TextIO
 
 
 def _connect(environ: Mapping[str, str]) -> DeadLetters:
-    from relay.clients import connect_redis, ping_redis
-    from relay.config import load_redis_settings, load_stream
+    from relay.commands import connect_stream
     from relay.stream.deadletters import DeadLetters
 
-    settings = load_redis_settings(environ)
-    stream = load_stream(environ)
-    client = connect_redis(settings)
-    ping_redis(client, settings)
-    return DeadLetters(client, stream)
+    return DeadLetters(*connect_stream(environ))
 
 
 # --- ls, show ---------------------------------------------------------------------------

@@ -76,15 +76,12 @@ def last_runs(name: str, env_file: str | None, environ: Mapping[str, str] | None
 def _read_runs(name: str, environ: Mapping[str, str]) -> LastRuns:
     import redis
 
-    from relay.clients import connect_redis, ping_redis
-    from relay.config import load_redis_settings, load_stream
+    from relay.commands import connect_stream
     from relay.runs.reader import RunFilter, Runs
 
-    settings = load_redis_settings(environ)
-    client = connect_redis(settings)
+    client, stream = connect_stream(environ)
     try:
-        ping_redis(client, settings)
-        runs = Runs(client, load_stream(environ))
+        runs = Runs(client, stream)
         return LastRuns(tuple(runs.newest(RunFilter(function=name), LAST_RUNS)), ledger=runs.key)
     except redis.RedisError as error:
         return LastRuns(missing=f"Redis failed: {error}")

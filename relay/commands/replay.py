@@ -75,6 +75,7 @@ def run(args: Arguments, environ: Mapping[str, str] | None = None, stdin: TextIO
 
 
 def _replay(args: Arguments, environ: Mapping[str, str], stdin: TextIO, stdout: TextIO, stderr: TextIO) -> int:
+    from relay.commands import connect_stream
     from relay.errors import RunsError
     from relay.runs.replay import DEFAULT_RATE, Failures, Selection, Tally, chosen, first_entry, parse_rate, window
 
@@ -83,7 +84,7 @@ def _replay(args: Arguments, environ: Mapping[str, str], stdin: TextIO, stdout: 
     rate = parse_rate(args["--rate"]) if args["--rate"] else DEFAULT_RATE
     span = window(args["--since"], args["--until"] or "now")
     functions = _functions(args, stderr)
-    client, stream = _connect(environ)
+    client, stream = connect_stream(environ)
     failures = (Failures.scan(client, stream, span, args["--handler"], args["--function"])
                 if args["--failed-only"] else None)
     selection = Selection(functions, args["--function"], args["--handler"], failures, _max_event_bytes(environ))
@@ -268,17 +269,6 @@ def _functions(args: Arguments, stderr: TextIO) -> list[ActiveFunction]:
     except TemplateError as error:
         raise RunsError(f"function {_quote(name)} does not load: {first_problem(error)} "
                         f"(see 'relay validate {root}')") from None
-
-
-def _connect(environ: Mapping[str, str]) -> tuple[redis.Redis, str]:
-    from relay.clients import connect_redis, ping_redis
-    from relay.config import load_redis_settings, load_stream
-
-    settings = load_redis_settings(environ)
-    stream = load_stream(environ)
-    client = connect_redis(settings)
-    ping_redis(client, settings)
-    return client, stream
 
 
 def _max_event_bytes(environ: Mapping[str, str]) -> int:

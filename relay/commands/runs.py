@@ -69,15 +69,10 @@ def run(args: Arguments, environ: Mapping[str, str] | None = None, stdout: TextI
 
 
 def _connect(environ: Mapping[str, str]) -> Runs:
-    from relay.clients import connect_redis, ping_redis
-    from relay.config import load_redis_settings, load_stream
+    from relay.commands import connect_stream
     from relay.runs.reader import Runs
 
-    settings = load_redis_settings(environ)
-    stream = load_stream(environ)
-    client = connect_redis(settings)
-    ping_redis(client, settings)
-    return Runs(client, stream)
+    return Runs(*connect_stream(environ))
 
 
 def _ls(runs: Runs, filters: RunFilter, limit: int, as_json: bool, stdout: TextIO) -> int:
