@@ -182,3 +182,10 @@ def test_filters_become_a_range_of_ids_and_fields():
 def test_an_id_that_is_no_stream_id_is_refused(text):
     with pytest.raises(RunsError, match="is not a run id"):
         checked_id(text, "a run id")
+
+
+def test_show_gives_a_container_id_as_docker_ps_does():
+    container = "b99eb8a9e845932a9a05a710ee510537819769aa22881d58dcd6e2da6b72d07f"
+    text = entry_report("1-0", [Run(run_id="2-0", entry="1-0", function="f", handler="h", attempt=1, host="w", pid=1,
+                                    mode="cold", container=container, status=RunStatus.SUCCEEDED)])
+    assert "Worker:          w/1, cold, container b99eb8a9e845\n" in text

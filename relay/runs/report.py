@@ -18,6 +18,7 @@ from relay.runs.record import RUN, Run, Settled
 from relay.runs.times import format_time
 
 CELL_CHARS = 60      # of one field in a table row
+CONTAINER_CHARS = 12  # of a container id in a report, as docker ps shows it (--json has it whole)
 LABEL_WIDTH = 17     # show: "Idempotency key: "
 # ls: the columns, and the function that renders each from a record
 LS_HEADER = ("TIME", "FUNCTION", "ATTEMPT", "OUTCOME", "DURATION", "WORKER", "ENTRY")
@@ -179,7 +180,7 @@ def _record(run: Run, chosen: str) -> list[str]:
         fields.append(("Recorded", time_text(written_ms(run))))
     worker = ", ".join(printable(part) for part in (run.worker, run.mode) if part)
     if run.container:
-        worker += f", container {printable(run.container)}"
+        worker += f", container {printable(run.container[:CONTAINER_CHARS])}"
     if worker:
         fields.append(("Worker", worker))
     if run.key:
