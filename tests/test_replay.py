@@ -208,7 +208,7 @@ def test_it_says_plainly_when_since_is_older_than_the_stream(replay, redis_clien
     code, out, _ = replay(f"--since={at(10)}", "--function=orders", "--dry-run")
     assert code == 0
     assert ("--since is older than that: the entries before 1970-01-01T00:00:50.000Z were trimmed "
-            "(STREAM_RETENTION, MAXLEN) and cannot be replayed") in out
+            "(REDIS_STREAM_RETENTION, MAXLEN) and cannot be replayed") in out
 
 
 def test_nothing_to_add_is_said_and_asks_nothing(replay, redis_client):

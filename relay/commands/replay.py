@@ -190,7 +190,7 @@ def _describe(stream: str, span: Window, first: str | None, stdout: TextIO) -> N
     stdout.write(f"the stream reaches back to {_instant(first_ms)} (entry {_shown(first)})\n")
     if span.since_ms < first_ms:
         stdout.write(f"--since is older than that: the entries before {_instant(first_ms)} were trimmed "
-                     "(STREAM_RETENTION, MAXLEN) and cannot be replayed\n")
+                     "(REDIS_STREAM_RETENTION, MAXLEN) and cannot be replayed\n")
 
 
 def _summary(tally: Tally, failed_only: bool) -> str:
