@@ -263,3 +263,31 @@ def test_a_record_with_every_field_set_writes_exactly_the_fields_a_reader_knows(
     assert set(full.fields()) == set(FIELDS)
     assert decode("2-0", {name.encode(): value.encode() for name, value in full.fields().items()}) == \
         Run(**{**{name: getattr(full, name) for name in Run.__slots__}, "run_id": "2-0", "status_text": "failed"})
+
+
+def test_records_lost_with_a_failed_acknowledgment_are_counted(redis_client, monkeypatch, caplog):
+    import redis
+
+    engine = Engine(redis_client, [AUDIT])
+    pipeline = redis_client.pipeline
+
+    def failing_pipeline(*args, **kwargs):
+        pipe = pipeline(*args, **kwargs)
+
+        def execute(*_args, **_kwargs):
+            if any(command[0][0] == "XACK" for command in pipe.command_stack):
+                pipe.reset()
+                raise redis.ConnectionError("Redis went away")
+            return type(pipe).execute(pipe, *_args, **_kwargs)
+
+        pipe.execute = execute
+        return pipe
+
+    monkeypatch.setattr(redis_client, "pipeline", failing_pipeline)
+    with caplog.at_level(logging.WARNING, logger="relay.runs.ledger"):
+        engine.publish({"kind": "refund"})
+        engine.read()
+    assert engine.pending() == 1 and engine.runs() == []
+    assert value(engine.metrics.runs_unrecorded) == 1 and engine.ledger._queued == {}
+    assert [record.message for record in caplog.records if record.name == "relay.runs.ledger"] == [
+        "Cannot write to the run ledger; runs go unrecorded until it can"]

@@ -142,7 +142,12 @@ class Settler:
                 recorded = ledger.queue(pipe, plan, settlement) if ledger and plan and settlement else 0
                 pipe.xack(stream, group, *message_ids)
                 pipe.delete(*(keys.invocation_key(stream, group, message_id) for message_id in message_ids))
-                replies = pipe.execute(raise_on_error=False)
+                try:
+                    replies = pipe.execute(raise_on_error=False)
+                except redis.RedisError as error:   # nothing acknowledged; the records are lost, counted
+                    if ledger and plan and recorded:
+                        ledger.queued(plan, [error] * recorded)
+                    raise
                 if ledger and plan and recorded:
                     ledger.queued(plan, replies[first:first + recorded])
                 for reply in replies[:first] + replies[first + recorded:]:
