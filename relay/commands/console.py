@@ -64,7 +64,7 @@ def _serve(args: Arguments, environ: Mapping[str, str] | None, stderr: TextIO) -
 
     client, stream = connect_stream(environ)
     app = console_site(client, stream=stream, group=group, address=address, secrets=FileSecretStore(),
-                       functions=functions, max_event_bytes=max_event_bytes)
+                       functions=functions, max_event_bytes=max_event_bytes, named="--addr")
     server = listen(address, app)
     host = f"[{address.host}]" if ":" in address.host else (address.host or "0.0.0.0")
     print(f"relay console: serving {stream} on http://{host}:{server.server_port}/ (Ctrl-C stops it)",

@@ -25,7 +25,7 @@ from relay.runs.record import Run, decode
 from relay.stream.keys import EVENT_FIELD, dlq_stream, runs_stream
 
 HOUR_MS = 3_600_000
-CHART_RECORDS = 10_000   # ledger records read for the charts, at most
+CHART_RECORDS = 5_000    # ledger records read for the charts, at most: about 100 ms of Redis
 CHART_PAGE = 1_000       # per script call
 EVENT_SHOWN = 64 * 1024  # bytes of an event shown on a run's page
 _CHART_FIELDS = (record.KIND, record.FUNCTION, record.STATUS, record.STARTED, record.DURATION, record.SETTLED)

@@ -38,10 +38,12 @@ MAX_RETRY = 30.0
 
 
 def console_site(client: redis.Redis, *, stream: str, group: str, address: ListenAddress, secrets: SecretProvider,
-                 functions: Callable[[], Sequence[ActiveFunction]], max_event_bytes: int) -> WSGIApplication:
-    """The console's app for *address*; ConsoleError when *address* is not loopback and no token is set."""
+                 functions: Callable[[], Sequence[ActiveFunction]], max_event_bytes: int,
+                 named: str = "CONSOLE_ADDR") -> WSGIApplication:
+    """The console's app for *address*; ConsoleError when *address* (the value of *named*) is not loopback
+    and no token is set."""
     token = console_token(secrets)
-    check_bind(address, token)
+    check_bind(address, token, named)
     auth = Auth(token, loopback=is_loopback(address.host))
     replays = Replays(client, stream, functions, max_event_bytes)
     return console_app(Site(client=client, stream=stream, group=group, auth=auth, replays=replays))
