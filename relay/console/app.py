@@ -87,7 +87,7 @@ def secured(app: WSGIApplication) -> WSGIApplication:
 def charts(runs: list[Run], now_ms: int) -> tuple[str, str]:
     """The two charts of one function (relay.console.charts)."""
     try:
-        from relay.console import charts as drawn   # type: ignore[attr-defined,unused-ignore]
+        from relay.console import charts as drawn  # type: ignore[attr-defined,unused-ignore]
     except ImportError:   # charts.py comes with the branch that draws them (#33); nothing to draw before it
         return "", ""
     return drawn.runs_chart(runs, now_ms), drawn.duration_chart(runs, now_ms)
@@ -204,7 +204,7 @@ def _routes(site: Site) -> bottle.Bottle:   # noqa: C901 -- one route a page, re
     def runs() -> str:
         query = {name: bottle.request.query.getunicode(name) or "" for name in
                  ("function", "handler", "outcome", "since", "until", "event_id", "before")}
-        error, found, cursor = "", [], None
+        error, found, cursor = "", list[Run](), None
         try:
             filters = _filters(query, now_ms())
             found, cursor = runs_ledger.page(filters, RUNS_SHOWN, before=query["before"] or None)
