@@ -5,6 +5,7 @@ a login and a CSRF token, a non-loopback bind needs a token, whatever a
 producer or a handler wrote comes back escaped, and every answer carries the CSP.
 """
 
+import json
 import re
 import subprocess
 import time
@@ -17,6 +18,7 @@ from relay.stream.keys import dlq_stream, runs_stream
 from tests.support.console import console_command, set_token, start_console
 from tests.support.redis_server import free_port
 from tests.support.relay_process import ROOT
+from tests.support.workers import write_function
 
 pytestmark = pytest.mark.integration
 
@@ -234,3 +236,40 @@ def test_pages_render_fast_with_100000_run_records(console, redis_client):
     print("console page times with 100,000 run records:",
           ", ".join(f"{path} {seconds * 1000:.0f} ms" for path, seconds in timings.items()))
     assert max(timings.values()) < 1.0, timings
+
+
+def test_replay_adds_after_its_count_with_its_progress(redis_client, redis_server, state, tmp_path):
+    write_function(tmp_path / "functions", "orders", "runtime: python3.14\nevents:\n  - handler: app.handler\n"
+                   "    pattern: {kind: [order]}\n", {"app.py": "def handler(event, context):\n    pass\n"})
+    redis_client.xgroup_create(STREAM, GROUP, id="$", mkstream=True)
+    sources = [redis_client.xadd(STREAM, {"event": json.dumps({"kind": kind})}).decode()
+               for kind in ("order", "other", "order")]
+    set_token(state, TOKEN)
+    served = start_console(state, redis_server, functions=str(tmp_path / "functions"))
+    try:
+        served.login(TOKEN)
+        csrf = re.search(r'name="csrf" value="([0-9a-f]{64})"', served.get("/replay").text).group(1)
+        job = served.post("/replay", {"since": "1h", "function": "orders", "csrf": csrf}).headers["Location"]
+        job = job.rsplit("/", 1)[1]
+        progress = wait_for(served, job, "counted")
+        assert (progress["read"], progress["entries"], progress["copies"]) == (3, 2, 2)
+        assert redis_client.xlen(STREAM) == 3                     # the count added nothing
+        assert "Add 2 copies to the stream" in served.get(f"/replay/{job}").text
+        assert served.post(f"/replay/{job}/add", {}).status_code == 403      # no CSRF token
+        assert served.post(f"/replay/{job}/add", {"csrf": csrf}).status_code == 303
+        assert wait_for(served, job, "done")["added"] == 2
+        copies = redis_client.xrange(STREAM, f"({sources[-1]}", "+")
+        assert [fields[b"replay_of"].decode() for _, fields in copies] == [sources[0], sources[2]]
+        assert {fields[b"replay_for"] for _, fields in copies} == {b"orders"}
+        assert served.post(f"/replay/{job}/add", {"csrf": csrf}).status_code == 400   # once only
+    finally:
+        served.stop()
+
+
+def wait_for(served, job, state):
+    for _ in range(200):
+        progress = served.get(f"/api/replay/{job}").json()
+        if progress["state"] == state:
+            return progress
+        time.sleep(0.05)
+    raise AssertionError(progress)

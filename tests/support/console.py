@@ -39,8 +39,8 @@ def set_token(state_dir, token):
     assert result.returncode == 0, result.stderr
 
 
-def console_command(state_dir, redis_server, *args, stream="events", group="workers"):
-    command = secret_command(state_dir, *args, "--env-file=/dev/null", "--dir=/nonexistent",
+def console_command(state_dir, redis_server, *args, stream="events", group="workers", functions="/nonexistent"):
+    command = secret_command(state_dir, *args, "--env-file=/dev/null", f"--dir={functions}",
                              program=("-m", "relay", "console"))
     env = base_env(REDIS_URI=redis_server.address, REDIS_STREAM=stream, REDIS_GROUP=group)
     return command, env
