@@ -26,6 +26,7 @@ import redis
 
 from relay.console import pages, reads
 from relay.console.auth import SESSION_COOKIE, SESSION_S, Auth
+from relay.console.charts import CHART_CSS, duration_chart, runs_chart
 from relay.console.heartbeat import FunctionState, read_workers
 from relay.console.replays import ReplayRequest, Replays
 from relay.errors import DeadLetterError, RelayError, RunsError
@@ -86,11 +87,7 @@ def secured(app: WSGIApplication) -> WSGIApplication:
 
 def charts(runs: list[Run], now_ms: int) -> tuple[str, str]:
     """The two charts of one function (relay.console.charts)."""
-    try:
-        from relay.console import charts as drawn  # type: ignore[attr-defined,unused-ignore]
-    except ImportError:   # charts.py comes with the branch that draws them (#33); nothing to draw before it
-        return "", ""
-    return drawn.runs_chart(runs, now_ms), drawn.duration_chart(runs, now_ms)
+    return runs_chart(runs, now_ms), duration_chart(runs, now_ms)
 
 
 def _routes(site: Site) -> bottle.Bottle:   # noqa: C901 -- one route a page, read top to bottom
@@ -148,7 +145,8 @@ def _routes(site: Site) -> bottle.Bottle:   # noqa: C901 -- one route a page, re
             raise bottle.HTTPError(404, "no such asset")
         bottle.response.content_type = ASSETS[name]
         bottle.response.set_header("Cache-Control", "max-age=300")
-        return resources.files("relay.console").joinpath("assets", name).read_bytes()
+        content = resources.files("relay.console").joinpath("assets", name).read_bytes()
+        return content + CHART_CSS.encode() if name == "console.css" else content   # the charts' colours
 
     # --- login ---------------------------------------------------------------------------
 
