@@ -33,7 +33,7 @@ _CHART_FIELDS = (record.KIND, record.FUNCTION, record.STATUS, record.STARTED, re
 # KEYS: the ledger. ARGV: the highest id (XREVRANGE's end), the lowest, COUNT. Returns the id scanned last ("" when
 # none), then each entry as {id, field, value, ...} with only the chart's fields, each cut to 64 bytes.
 _SUMMARY = """
-local wanted = {WANTED}
+local wanted = WANTED
 local page = redis.call('XREVRANGE', KEYS[1], ARGV[1], ARGV[2], 'COUNT', tonumber(ARGV[3]))
 local result = {page[#page] and page[#page][1] or ''}
 for _, entry in ipairs(page) do
