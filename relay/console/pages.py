@@ -439,6 +439,7 @@ LOGIN = SimpleTemplate("""
 <p class="error">That is not the console token.</p>
 % end
 <form method="post" action="/login" class="login"><input type="hidden" name="next" value="{{next}}">
+<input type="text" name="username" value="relay" autocomplete="username" hidden>
 <label>Console token <input type="password" name="token" autocomplete="current-password" autofocus required></label>
 <button>Log in</button></form>
 % end
