@@ -206,8 +206,12 @@ FUNCTIONS = SimpleTemplate("""
 % end
 </tbody></table>
 % end
+% if function.count:
 <div class="charts"><figure>{{!function.runs_chart}}<figcaption>Runs per minute by outcome, last hour ({{function.count}})</figcaption></figure>
 <figure>{{!function.duration_chart}}<figcaption>p50 and p95 duration, last hour</figcaption></figure></div>
+% else:
+<p class="muted">No runs in the last hour.</p>
+% end
 </section>
 % end
 """)
@@ -221,7 +225,7 @@ RUNS = SimpleTemplate("""
 <option{{!' selected' if query.get('outcome') == name else ''}}>{{name}}</option>
 % end
 </select></label>
-<label>Since <input name="since" value="{{query.get('since', '')}}" placeholder="1h or 2026-01-01T00:00:00Z"></label>
+<label>Since <input name="since" value="{{query.get('since', '')}}" placeholder="90m or RFC 3339"></label>
 <label>Until <input name="until" value="{{query.get('until', '')}}" placeholder="now"></label>
 <label>Event id <input name="event_id" value="{{query.get('event_id', '')}}"></label>
 <button>Filter</button> <a href="/runs">clear</a></form>
@@ -331,8 +335,8 @@ DEAD_LETTERS = SimpleTemplate("""
 <th>Last attempt</th><th></th></tr></thead><tbody>
 % for letter in letters:
 <tr><td><input type="checkbox" name="ids" value="{{letter.dlq_id}}" aria-label="select {{letter.dlq_id}}"></td>
-<td><a href="/dead-letters/{{letter.dlq_id}}">{{when(letter.dead_lettered_ms)}}</a></td>
-<td><a href="/runs/{{url(letter.original_id)}}">{{shown(letter.original_id)}}</a></td>
+<td class="nowrap"><a href="/dead-letters/{{letter.dlq_id}}">{{when(letter.dead_lettered_ms)}}</a></td>
+<td class="nowrap"><a href="/runs/{{url(letter.original_id)}}">{{shown(letter.original_id)}}</a></td>
 <td>{{shown(', '.join(letter.targets)) or '-'}}</td>
 <td>{{letter.attempts if letter.attempts is not None else shown(letter.attempts_text[:40]) or '-'}}</td>
 <td>{{shown(letter.reason)}}</td>
@@ -397,7 +401,7 @@ Nothing is added before you have seen the count.</p>
 <label>Until <input name="until" value="{{form.get('until', '')}}" placeholder="now"></label>
 <label>Function <input name="function" value="{{form.get('function', '')}}" placeholder="every matching function"></label>
 <label>Handler <input name="handler" value="{{form.get('handler', '')}}"></label>
-<label><input type="checkbox" name="failed_only" value="1"{{!' checked' if form.get('failed_only') else ''}}> failed only</label>
+<label class="check"><input type="checkbox" name="failed_only" value="1"{{!' checked' if form.get('failed_only') else ''}}> failed only</label>
 <button>Count (dry run)</button></form>
 % if jobs:
 <h2>Recent replays</h2><ul>
