@@ -8,6 +8,8 @@ the stylesheet alone. Screenshots land where RELAY_SCREENSHOTS says.
 """
 
 import random
+import struct
+import zlib
 
 import bottle
 import pytest
@@ -15,6 +17,7 @@ import pytest
 from relay.console.charts import CHART_CSS, duration_chart, runs_chart
 from relay.runs.record import Run, RunStatus
 from tests.support import browser as support
+from tests.support import pngpalette
 from tests.support.browser import serve
 
 CSP = "default-src 'self'"
@@ -105,3 +108,27 @@ def test_the_charts_take_their_colours_from_the_stylesheet(browser):
         assert browser.console_messages() == []
         shot = browser.screenshot("charts", browser.driver.find_element("id", "charts"))
     assert shot.read_bytes().startswith(b"\x89PNG")
+
+
+def test_a_screenshot_kept_for_the_docs_is_the_same_picture_in_256_colours(browser):
+    """tests.support.pngpalette: Chromium's PNG, unfiltered, as a palette PNG whose pixels are the same colours."""
+    with serve(app()) as url:
+        browser.open(url + "/charts")
+        png = browser.driver.get_screenshot_as_png()
+    width, height, pixel_bytes, pixels = pngpalette._decode(png)
+    kept = pngpalette.palette_png(png)
+    chunks, position = {}, 8
+    while position < len(kept):
+        (length,) = struct.unpack(">I", kept[position:position + 4])
+        kind, body = kept[position + 4:position + 8], kept[position + 8:position + 8 + length]
+        assert struct.unpack(">I", kept[position + 8 + length:position + 12 + length])[0] == zlib.crc32(kind + body)
+        chunks[kind] = chunks.get(kind, b"") + body
+        position += 12 + length
+    assert struct.unpack(">IIBB", chunks[b"IHDR"][:10]) == (width, height, 8, 3)
+    palette = [chunks[b"PLTE"][at:at + 3] for at in range(0, len(chunks[b"PLTE"]), 3)]
+    rows = zlib.decompress(chunks[b"IDAT"])
+    assert len(palette) <= 256 and len(rows) == height * (width + 1)
+    same = sum(palette[rows[y * (width + 1) + 1 + x]] == pixels[(y * width + x) * pixel_bytes:][:3]
+               for y in range(0, height, 7) for x in range(0, width, 7))
+    assert same / (len(range(0, height, 7)) * len(range(0, width, 7))) > 0.99
+    assert len(kept) < len(png)

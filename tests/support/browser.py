@@ -13,7 +13,8 @@ cookies and cache cleared, so no login leaks from one test to the next.
 
 ``Browser.screenshot(name)`` writes ``<name>.png``: into the directory that
 RELAY_SCREENSHOTS names (relative to the repository, e.g. docs/console, to
-refresh the pictures docs/console.md shows), else into the session's tmp.
+refresh the pictures docs/console.md shows, as palette PNGs of 256 colours:
+tests.support.pngpalette), else into the session's tmp.
 """
 
 import contextlib
@@ -25,6 +26,8 @@ from socketserver import ThreadingMixIn
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 import pytest
+
+from tests.support.pngpalette import palette_png
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 SCREENSHOTS = "RELAY_SCREENSHOTS"   # a directory for the screenshots, for the docs
@@ -72,7 +75,7 @@ class Browser:
         """The window (or only *element*) as ``<name>.png`` in the screenshot directory; its path."""
         path = self.screenshots / f"{name}.png"
         png = element.screenshot_as_png if element is not None else self.driver.get_screenshot_as_png()
-        path.write_bytes(png)
+        path.write_bytes(palette_png(png) if os.environ.get(SCREENSHOTS) else png)   # kept: a third the bytes
         return path
 
     def console_messages(self):
