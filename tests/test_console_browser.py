@@ -18,7 +18,7 @@ import time
 
 import pytest
 import requests
-from selenium.common.exceptions import TimeoutException
+from selenium.common.exceptions import NoSuchElementException, StaleElementReferenceException, TimeoutException
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import Select, WebDriverWait
 
@@ -36,6 +36,7 @@ WINDOW = (1280, 900)
 HOSTILE = {"name": "<script>document.title='pwned-1'</script>",
            "bio": "\"><img src=x onerror=\"window.pwned=2\">",
            "term": "\x1b[31mred\x1b]0;title\x07"}
+RELOADING = (StaleElementReferenceException, NoSuchElementException)   # a page the script reloads meanwhile
 TEMPLATE = ("runtime: python3.14\nevents:\n  - handler: app.charge\n    pattern: {kind: [order]}\n"
             "  - handler: app.receipt\n    pattern: {kind: [order], paid: [true]}\n")
 
@@ -59,10 +60,16 @@ def console(redis_client, redis_server, state, tmp_path):
 
 @pytest.fixture
 def page(browser):
-    """The browser at the docs' window size; its console log emptied."""
-    browser.driver.set_window_size(*WINDOW)
+    """The browser with the docs' viewport (WINDOW); its console log emptied."""
+    viewport(browser, *WINDOW)
     browser.console_messages()
-    return browser
+    yield browser
+    browser.driver.execute_cdp_cmd("Emulation.clearDeviceMetricsOverride", {})
+
+
+def viewport(browser, width, height):
+    browser.driver.execute_cdp_cmd("Emulation.setDeviceMetricsOverride",
+                                   {"width": width, "height": height, "deviceScaleFactor": 1, "mobile": False})
 
 
 # --- realistic data -------------------------------------------------------------------------
@@ -89,15 +96,15 @@ def seed(client):
               FunctionState("invoices", False, "failed", error="template.yaml: events[0].timeout: '90 seconds' is "
                                                               "not a duration (write it as 90s)",
                             rules=rules["invoices"])]
-    Heartbeat(client, STREAM, host="relay-a", pid=4121, version="0.9.0", clock=lambda: time.time() - 0.5,
-              pulse=lambda: Pulse(functions=states, warm_containers=4, in_flight=2, buffered=7)).beat()
-    Heartbeat(client, STREAM, host="relay-b", pid=977, version="0.9.0",
-              pulse=lambda: Pulse(functions=states, warm_containers=3, in_flight=0, buffered=0)).beat()
-    old = Heartbeat(client, STREAM, host="relay-old", pid=311, version="0.8.2", clock=lambda: time.time() - 900,
-                    pulse=lambda: Pulse(functions=states[:2], warm_containers=0))
-    old.beat(stopped=True)
-    Heartbeat(client, STREAM, host="relay-c", pid=52, version="0.9.0", clock=lambda: time.time() - 40,
-              pulse=lambda: Pulse(functions=states, warm_containers=1, in_flight=1)).beat()
+    for host, pid, version, up_s, silent_s, stopped, pulse in (
+            ("relay-a", 4121, "0.9.0", 3 * 86400 + 7200, 1, False, Pulse(states, 4, 2, 7)),
+            ("relay-b", 977, "0.9.0", 5 * 3600 + 1260, 3, False, Pulse(states, 3, 0, 0)),
+            ("relay-c", 52, "0.9.0", 2 * 3600, 40, False, Pulse(states, 1, 1, 0)),
+            ("relay-old", 311, "0.8.2", 9 * 86400, 900, True, Pulse(states[:2], 0, 0, 0))):
+        heartbeat = Heartbeat(client, STREAM, host=host, pid=pid, version=version, pulse=lambda pulse=pulse: pulse,
+                              clock=lambda silent_s=silent_s: time.time() - silent_s)
+        heartbeat.started_ms = int((time.time() - up_s) * 1000)
+        heartbeat.beat(stopped=stopped)
 
     rng = random.Random(33)
     stamps = sorted(now - 3_550_000 + int(rng.random() * 3_400_000) for _ in range(700))
@@ -105,8 +112,9 @@ def seed(client):
         function, handler = rng.choice((("orders", "app.charge"), ("orders", "app.receipt"),
                                         ("thumbnails", "resize.handler"), ("thumbnails", "resize.handler")))
         status = rng.choices(list(RunStatus)[:4], weights=(90, 7, 2, 1))[0]
+        host, pid = rng.choice((("relay-a", 4121), ("relay-b", 977)))
         record(client, f"{stamp}-{sequence}", entry=f"{stamp - 40}-0", function=function, handler=handler,
-               host=rng.choice(("relay-a", "relay-b")), status=status, started_ms=stamp - 300,
+               host=host, pid=pid, status=status, started_ms=stamp - 300,
                exit_code={RunStatus.SUCCEEDED: 0, RunStatus.FAILED: 1, RunStatus.KILLED: 137}.get(status),
                duration_ms=rng.lognormvariate(4.6 if function == "orders" else 5.6, 0.5),
                event_id=f"evt_{stamp % 100000:05d}")
@@ -148,6 +156,7 @@ def seed(client):
         if code:
             fields["exit_code"] = code
         letters.append(client.xadd(dlq_stream(STREAM), fields).decode())
+    client.xreadgroup(GROUP, "relay-a", {STREAM: ">"}, count=1)    # one entry in flight
     return {"retried": retried, "letters": letters}
 
 
@@ -156,9 +165,9 @@ def seed(client):
 
 def wait(browser, condition, timeout=15, what="the page"):
     try:
-        return WebDriverWait(browser.driver, timeout, poll_frequency=0.1).until(lambda driver: condition(driver))
+        return WebDriverWait(browser.driver, timeout, poll_frequency=0.1, ignored_exceptions=RELOADING).until(condition)
     except TimeoutException:
-        pytest.fail(f"timed out waiting for {what}; the page at {browser.driver.current_url} shows:\n{browser.text()}")
+        pytest.fail(f"timed out waiting for {what}; {browser.driver.current_url} shows:\n{browser.text()}")
 
 
 def texts(browser, selector):
@@ -190,6 +199,7 @@ def test_every_page_shows_what_it_holds_and_keeps_its_policy(console, redis_clie
     assert [cell.text for cell in rows["relay-a/4121"][1:2] + rows["relay-a/4121"][5:9]] == ["alive", "3", "4", "2",
                                                                                              "7"]
     assert rows["relay-c/52"][1].text == "gone" and rows["relay-old/311"][1].text == "stopped"
+    assert "Pending\n1" in page.text() and "Not yet delivered (lag)\n3" in page.text()
     assert "Stream length\n4" in page.text() and "Dead letters\n3" in page.text()
     assert problems(page) == []
     page.screenshot("fleet")
@@ -216,7 +226,9 @@ def test_every_page_shows_what_it_holds_and_keeps_its_policy(console, redis_clie
     assert '"order_id": "ord_7F3K2"' in page.driver.find_element(By.CSS_SELECTOR, "pre.event").text
     assert page.driver.find_elements(By.CSS_SELECTOR, "svg.timeline rect")
     assert problems(page) == []
+    viewport(page, WINDOW[0], 1500)       # the event, the timeline and the first attempts
     page.screenshot("run")
+    viewport(page, *WINDOW)
 
     page.open(console.base + "/dead-letters")
     assert len(page.driver.find_elements(By.CSS_SELECTOR, "main tbody tr")) == 3
@@ -326,7 +338,6 @@ def test_log_in_and_redrive_a_dead_letter_through_the_page(console, redis_client
     ids = seed(redis_client)
     login(page, console.base, "/dead-letters")
     assert "Log in to redrive" not in page.text()
-    page.screenshot("dead-letters-signed-in")
     page.driver.find_element(By.CSS_SELECTOR, f'td.row-actions button[value="{ids["letters"][1]}"]').click()
     wait(page, lambda driver: "redriven=1" in driver.current_url, what="the redrive")
     assert page.driver.find_element(By.CSS_SELECTOR, "p.notice").text == "Redriven 1 entry."
@@ -392,7 +403,6 @@ def test_a_replay_counts_first_then_adds_with_its_progress(console, redis_client
     assert "Added\n2" in page.driver.find_element(By.ID, "replay").text
     copies = redis_client.xrange(STREAM, f"({sources[-1]}", "+")
     assert [fields[b"replay_of"].decode() for _, fields in copies] == [sources[0], sources[2]]
-    page.screenshot("replay-done")
     page.open(console.base + "/replay")
     assert "since 1h: done" in page.text()
     assert problems(page) == []
