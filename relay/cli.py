@@ -32,6 +32,7 @@ Commands:
   dlq         Inspect dead-lettered entries, send them back or delete them.
   runs        List, show and follow the runs every worker recorded.
   replay      Send a time range of the stream through a function again.
+  console     Serve the web console alone (no Docker).
   validate    Check a functions directory offline, every problem at once.
   match       Show which handlers an event would run, offline.
   invoke      Run a function's handler once on an event, as Relay would.
@@ -230,6 +231,26 @@ every attempt of that entry, oldest first, with the last 4 KiB of its stdout
 and stderr, and how the entry was settled. 'follow' prints the runs as they are
 recorded, until Ctrl-C. A run is recorded when it ends.
 """ + ENV_FILE_HELP,
+    "console": """\
+Serve the web console: the fleet, its functions, their runs and dead letters.
+
+Usage:
+  relay console [--addr=<addr>] [--dir=<dir>] [--env-file=<file>]
+  relay console (-h | --help)
+
+Options:
+  --addr=<addr>      The address to listen on [default: 127.0.0.1:8080].
+  --dir=<dir>        The functions directory the replay form matches events
+                     against [default: /functions].
+  --env-file=<file>  The file of the variables the environment lacks, as below.
+
+Reads REDIS_URI, REDIS_STREAM and REDIS_GROUP; needs no Docker. Serves until
+Ctrl-C or SIGTERM. Reading needs no login on a loopback address; any other
+address, and every action (redrive, purge, replay), needs the console token,
+the secret console-token in the local store ('relay secret set
+console-token'). A non-loopback address without a token is refused.
+'relay start' serves the same console on CONSOLE_ADDR. See docs/console.md.
+""" + ENV_FILE_HELP,
     "validate": """\
 Check a functions directory as 'relay start' would load it, without Redis or Docker.
 
@@ -304,6 +325,7 @@ ADMIN_COMMANDS = {
     "dlq": "relay.commands.dlq",
     "replay": "relay.commands.replay",
     "runs": "relay.commands.runs",
+    "console": "relay.commands.console",
     "validate": "relay.commands.validate",
     "match": "relay.commands.match",
     "invoke": "relay.commands.invoke",

@@ -104,6 +104,7 @@ class Config:
     retention: int | None = None  # nanoseconds; None disables trimming
     metrics_addr: ListenAddress | None = None
     webhook_addr: ListenAddress | None = None
+    console_addr: ListenAddress | None = None   # the console (relay.console); None: off
     log_level: str = "INFO"
     max_concurrency: int = DEFAULT_MAX_CONCURRENCY
     max_buffered_events: int = DEFAULT_MAX_BUFFERED_EVENTS
@@ -136,6 +137,7 @@ def load_config(environ, hostname=None):
         retention=checked(_retention, environ),
         metrics_addr=checked(_listen_address, environ, "METRICS_ADDR"),
         webhook_addr=checked(_listen_address, environ, "GIT_WEBHOOK_ADDR"),
+        console_addr=checked(_listen_address, environ, "CONSOLE_ADDR"),
         log_level=checked(load_log_level, environ),
         max_concurrency=checked(_positive_int, environ, "MAX_CONCURRENCY", DEFAULT_MAX_CONCURRENCY),
         max_buffered_events=checked(_positive_int, environ, "MAX_BUFFERED_EVENTS", DEFAULT_MAX_BUFFERED_EVENTS),

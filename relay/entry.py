@@ -1,6 +1,6 @@
 """Process entry point shared by ``python -m relay`` and ``relay.pyz``.
 
-``relay start`` runs on gevent, and gevent must patch the standard library
+``relay start`` and ``relay console`` run on gevent, and gevent must patch the standard library
 before redis, docker, urllib3 or requests are imported. This shim is the only
 place that decides it, by looking at the raw argument list before anything
 else is imported. Every other command stays unpatched and light.
@@ -21,7 +21,7 @@ _IMPORTED_TOO_EARLY = ("redis", "docker", "urllib3", "requests", "ssl")
 def main(argv: Sequence[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     early: tuple[str, ...] = ()
-    if argv[:1] == ["start"]:
+    if argv[:1] in (["start"], ["console"]):   # the two servers run on gevent
         early = tuple(name for name in _IMPORTED_TOO_EARLY if name in sys.modules)
         from gevent import monkey
 

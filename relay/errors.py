@@ -30,6 +30,7 @@ must not crash (the start, a command, a dispatch) catches one class:
         WebhookError            the git webhook
             WebhookBindError
             MalformedDelivery
+        ConsoleError            the console cannot be served as configured
 
 ``reason(error)`` turns any exception into the short phrase Relay's messages
 end with. Standard library only: everything imports this module, the admin
@@ -182,6 +183,10 @@ class WebhookBindError(WebhookError):
 
 class MalformedDelivery(WebhookError):
     """The body of a webhook delivery is not a GitHub payload Relay can read."""
+
+
+class ConsoleError(RelayError):
+    """The console cannot be served as configured (a non-loopback address without a token, a port in use)."""
 
 
 # --- the words of an error ------------------------------------------------------------

@@ -31,7 +31,10 @@ from typing import TYPE_CHECKING, Protocol
 import docker
 import redis
 
+from relay import __version__
 from relay.config import DEFAULT_MAX_EVENT_BYTES, FUNCTIONS_DIR, Config
+from relay.console.heartbeat import Heartbeat, Pulse, function_state
+from relay.console.server import ConsoleServer, console_site
 from relay.gitsync.webhook import webhook_service
 from relay.gitsync.webhook_secret import secret_store
 from relay.live.catalog import Catalog
@@ -90,6 +93,7 @@ class Timing:
     watch_interval: float = 0.5     # the watcher's polls of /functions
     debounce: float = 0.75          # quiet time after a function's last change
     stats_interval: float = 5.0     # counters → state database
+    heartbeat_interval: float = 5.0  # the worker's heartbeat (relay.console.heartbeat)
 
 
 @dataclass(frozen=True)
@@ -217,13 +221,29 @@ def build_process(config: Config, clients: Clients, *, functions_dir: str | Path
     side_loops: dict[str, Service] = {
         "backlog": Backlog(client, address, metrics, interval=timing.backlog_interval),
         "scheduler": Scheduler(catalog, Publisher(client, config.stream, metrics))}
+    side_loops["heartbeat"] = Heartbeat(client, config.stream, host=config.consumer, pid=os.getpid(),
+                                        version=__version__, interval=timing.heartbeat_interval,
+                                        pulse=partial(_pulse, reconciler, warm, metrics, engine))
     if config.retention:
         side_loops["retention"] = Retention(client, config.stream, config.retention)
     if config.metrics_addr:
         side_loops["metrics server"] = MetricsServer(config.metrics_addr, metrics.registry)
+    if config.console_addr:   # refused here, with one line, on a non-loopback address without a console token
+        side_loops["console"] = ConsoleServer(config.console_addr, console_site(
+            client, stream=config.stream, group=config.group, address=config.console_addr, secrets=secrets,
+            functions=catalog.snapshot, max_event_bytes=config.max_event_bytes))
     return Process(metrics=metrics, catalog=catalog, pins=pins, leftovers=leftovers, executor=executor, warm=warm,
                    state=state, functions_before=functions_before, active_images=active_images,
                    reconciler=reconciler, debouncer=debouncer, watcher=watcher, engine=engine, side_loops=side_loops)
+
+
+def _pulse(reconciler: Reconciler, warm: WarmExecutor, metrics: Metrics, engine: Engine) -> Pulse:
+    """What the worker's heartbeat says it holds now."""
+    statuses = sorted(reconciler.statuses.values(), key=lambda status: status.name)
+    in_flight = metrics.registry.get_sample_value("in_flight_invocations") or 0
+    return Pulse(functions=[function_state(status) for status in statuses],
+                 warm_containers=sum(warm.containers().values()), in_flight=int(in_flight),
+                 buffered=engine.buffer.used)
 
 
 def listen_webhook(config: Config, secrets_dir: str | Path | None = None) -> Service | None:

@@ -8,13 +8,14 @@ import sys
 
 import pytest
 
+from tests.support.browser import screenshot_directory, start_browser
 from tests.support.gitserver import git_server  # noqa: F401  (a fixture, requested by name)
 from tests.support.redis_server import RedisServer
 from tests.support.relay_process import ROOT
 
 # A test that asks for one of these, directly or through another fixture,
 # needs a real service or build: it is marked integration.
-INTEGRATION_FIXTURES = frozenset({"redis_server", "docker_engine", "pyz", "git_server"})
+INTEGRATION_FIXTURES = frozenset({"redis_server", "docker_engine", "pyz", "git_server", "chromium"})
 
 
 def pytest_collection_modifyitems(items):
@@ -38,6 +39,22 @@ def redis_client(redis_server):
     client.flushall()
     yield client
     client.close()
+
+
+@pytest.fixture(scope="session")
+def chromium(tmp_path_factory):
+    """One headless Chromium for the session (tests.support.browser.Browser); tests ask for ``browser``."""
+    started = start_browser(tmp_path_factory.mktemp("chromium") / "profile",
+                            screenshot_directory(tmp_path_factory.mktemp("screenshots")))
+    yield started
+    started.quit()
+
+
+@pytest.fixture
+def browser(chromium):
+    """The session's headless Chromium on a blank page, with no cookie left from another test."""
+    chromium.reset()
+    return chromium
 
 
 @pytest.fixture(scope="session")

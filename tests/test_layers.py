@@ -23,6 +23,7 @@ LAYERS = (
     ("relay.runs",),
     ("relay.metrics",),
     ("relay.view",),
+    ("relay.console",),
     ("relay.wiring", "relay.commands"),
     ("relay.supervisor",),
     ("relay.cli",),

@@ -30,7 +30,7 @@ from relay.functions.runtimes import RUNTIMES
 from relay.functions.template import Template
 from relay.links import links_outside
 from relay.names import function_name_problem
-from relay.secrets.store import WEBHOOK_REFUSAL
+from relay.secrets.store import CONSOLE_REFUSAL, CONSOLE_TOKEN, WEBHOOK_REFUSAL
 
 TEMPLATE_FILE = "template.yaml"
 
@@ -106,7 +106,7 @@ def inspect_function(directory: str | os.PathLike[str], webhook_secret: str | No
     template_path = path / TEMPLATE_FILE
     checked = check_template(_read_template(path, template_path), str(template_path))
     problems = list(checked.problems)
-    problems += _webhook_secret(checked, webhook_secret)
+    problems += _relay_secrets(checked, webhook_secret)
     handler_problems, refused = _not_regular(path, checked)
     return Inspection(directory=path, checked=checked, problems=tuple(problems + handler_problems),
                       refused_files=refused)
@@ -130,11 +130,13 @@ def _read_template(directory: Path, template_path: Path) -> str:
         raise TemplateError(f"{template_path}: cannot be read: {reason(error)}") from None
 
 
-def _webhook_secret(checked: CheckedTemplate, webhook_secret: str | None) -> list[Problem]:
-    if webhook_secret is None:
-        return []
-    return [Problem(path, WEBHOOK_REFUSAL.format(name=reference), line=checked.line(path))
-            for variable, reference in checked.secrets.items() if reference == webhook_secret
+def _relay_secrets(checked: CheckedTemplate, webhook_secret: str | None) -> list[Problem]:
+    """The secrets that belong to Relay, never to a function: the webhook's, and the console's token."""
+    refused = {CONSOLE_TOKEN: CONSOLE_REFUSAL}
+    if webhook_secret is not None:
+        refused[webhook_secret] = WEBHOOK_REFUSAL
+    return [Problem(path, refused[reference].format(name=reference), line=checked.line(path))
+            for variable, reference in checked.secrets.items() if reference in refused
             for path in [join("secrets", variable)]]
 
 

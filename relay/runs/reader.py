@@ -169,6 +169,27 @@ class Runs:
         """The newest *limit* records that match *filters*, newest first."""
         return list(self._records(filters.low(), filters.high(), filters, newest_first=True, limit=limit))
 
+    def page(self, filters: RunFilter = RunFilter(), limit: int = 50, *, before: str | None = None,
+             after: str | None = None, newest_first: bool = True, pages: int = 8) -> tuple[list[Run], str | None]:
+        """At most *limit* matching records, newest first (or oldest first), from scanning at most *pages* pages
+        of the ledger: of those written before the record *before*, and after the record *after* (exclusive).
+
+        The console's read: it holds Redis for *pages* script calls at most whatever the filters. Returns the
+        records and the id the scan stopped at, to continue from (None when the range holds no more)."""
+        high = f"({checked_id(before, 'a run id')}" if before else filters.high()
+        low = f"({checked_id(after, 'a run id')}" if after else filters.low()
+        start, end = (high, low) if newest_first else (low, high)
+        found: list[Run] = []
+        for _ in range(pages):
+            last, done, matches = self._page(start, end, filters, newest_first, min(limit - len(found), PAGE))
+            found += matches
+            if done or not last:
+                return found, None
+            if len(found) >= limit:
+                return found, last
+            start = f"({last}"
+        return found, start[1:]
+
     def oldest(self, filters: RunFilter = RunFilter()) -> Iterator[Run]:
         """Every record that matches *filters*, oldest first, page by page (filtered in Redis)."""
         return self._records(filters.low(), filters.high(), filters, newest_first=False)

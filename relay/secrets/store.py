@@ -20,7 +20,8 @@ The secret named by ``relay git set --webhook-secret`` signs webhook
 deliveries; it belongs to Relay, and ``environment`` never hands it to a
 function, whatever the template says (the function loader refuses such a
 template too; see relay.functions.function). Which secret that is, the store
-is told (*webhook_secret*) by the part that reads the git source.
+is told (*webhook_secret*) by the part that reads the git source. The
+console's login token, ``console-token``, is refused the same way.
 
 Values never appear in an error message, a log line or a repr; errors name
 the reference only. This module stays light (no YAML, gevent, Docker or
@@ -43,6 +44,9 @@ from relay.names import secret_name_problem
 SECRETS_DIR = Path(STATE_DIR) / "secrets"
 MAX_VALUE_BYTES = 64 * 1024  # far below what one environment variable may hold
 WEBHOOK_REFUSAL = ("secret {name!r} is the git webhook's HMAC secret (relay git set --webhook-secret) "
+                   "and is never handed to a function")
+CONSOLE_TOKEN = "console-token"   # the console's login token (relay.console.auth); never handed to a function
+CONSOLE_REFUSAL = ("secret {name!r} is the console's login token (relay secret set console-token) "
                    "and is never handed to a function")
 
 
@@ -177,6 +181,8 @@ def environment(function: Configured, provider: SecretProvider) -> dict[str, str
     variables = dict(template.env)
     webhook = provider.webhook_secret() if template.secrets and hasattr(provider, "webhook_secret") else None
     for variable, reference in template.secrets.items():
+        if reference == CONSOLE_TOKEN:
+            raise SecretError(f"cannot set {variable}: {CONSOLE_REFUSAL.format(name=reference)}")
         if reference == webhook:
             raise SecretError(f"cannot set {variable}: {WEBHOOK_REFUSAL.format(name=reference)}")
         try:

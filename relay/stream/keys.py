@@ -152,3 +152,20 @@ def schedule_key(occurrence_id: str) -> str:
 
 
 SCHEDULE_UNRECORDED = "1"   # what an earlier Relay set a dedup key to: it did not record the entry id
+
+
+# --- worker heartbeats (relay.console.heartbeat) --------------------------------------
+
+
+HEARTBEAT_TTL_S = 3600   # a worker's heartbeat outlives its last beat by an hour: shown gone, then forgotten
+
+
+def workers_key(stream: str) -> str:
+    """The workers of *stream*: a sorted set of worker ids (``host/pid``) scored by their last beat (unix ms)."""
+    return f"relay:{stream}:workers"
+
+
+def worker_key(stream: str, worker: str) -> str:
+    """One worker's last heartbeat: a hash of short fields (relay.console.heartbeat), expiring HEARTBEAT_TTL_S
+    after the beat. *worker* is ``host/pid``, percent-encoded here."""
+    return f"relay:{stream}:worker:{quote(worker, safe='')}"
