@@ -212,30 +212,24 @@ def test_actions_on_loopback_without_a_token_say_how_to_set_one(redis_client, re
         served.stop()
 
 
-def test_pages_render_fast_with_100000_run_records(console, redis_client):
+def test_pages_answer_whole_over_a_large_ledger(console, redis_client):
+    """Every page reads the ledger in bounded pieces; how fast is bench/console.py's figure, not a test's."""
     now = int(time.time() * 1000)
     pipeline = redis_client.pipeline(transaction=False)
-    for n in range(100_000):
+    for n in range(20_000):
         fields = Run(kind="run", entry=f"{now - 3_000_000 + n}-0", function=f"fn{n % 20}", handler="app.handler",
-                     attempt=1, host="w", pid=1, started_ms=now - 3_000_000 + n * 30, duration_ms=10.0 + n % 50,
+                     attempt=1, host="w", pid=1, started_ms=now - 3_000_000 + n * 150, duration_ms=10.0 + n % 50,
                      status=RunStatus.FAILED if n % 7 == 0 else RunStatus.SUCCEEDED, exit_code=0,
-                     stdout="x" * 200, stderr="y" * 200,
-                     settled=Settled.ACKNOWLEDGED).fields()
+                     stdout="x" * 200, stderr="y" * 200, settled=Settled.ACKNOWLEDGED).fields()
         pipeline.xadd(runs_stream(STREAM), fields)
         if n % 5000 == 4999:
             pipeline.execute()
     pipeline.execute()
-    timings = {}
     for path in ("/runs", "/runs?function=fn3&outcome=failed", "/runs?function=nothing-matches", "/functions",
                  "/fleet", "/dead-letters"):
-        console.get(path)   # warm: the script is loaded once
-        started = time.perf_counter()
-        answer = console.get(path)
-        timings[path] = time.perf_counter() - started
-        assert answer.status_code == 200
-    print("console page times with 100,000 run records:",
-          ", ".join(f"{path} {seconds * 1000:.0f} ms" for path, seconds in timings.items()))
-    assert max(timings.values()) < 1.0, timings
+        assert console.get(path).status_code == 200, path
+    assert console.get("/runs").text.count("<tr") > 20
+    assert "fn3" in console.get("/functions").text
 
 
 def test_replay_adds_after_its_count_with_its_progress(redis_client, redis_server, state, tmp_path):
