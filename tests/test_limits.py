@@ -22,6 +22,7 @@ from redis.retry import Retry
 from relay.durations import MILLISECOND, SECOND
 from relay.functions import parse_template
 from relay.functions.template import RateLimit
+from relay.runtime.invocation import Outcome
 from relay.stream.keys import StreamAddress, concurrency_key, rate_key
 from relay.stream.limits import (
     DIGEST_LENGTH,
@@ -279,11 +280,7 @@ class OverlapExecutor:
         self.most["all"] = max(self.most.get("all", 0), sum(self.running.values()))
         gevent.sleep(0.1)
         self.running[key] -= 1
-
-        class Done:
-            ok, exit_code, duration, timed_out, error, engine_unavailable = True, 0, 0.1, False, None, False
-
-        return Done()
+        return Outcome(ok=True, exit_code=0, duration=0.1)
 
 
 def test_events_of_one_entity_never_run_at_once_and_others_do(redis_client):

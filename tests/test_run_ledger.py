@@ -291,3 +291,18 @@ def test_records_lost_with_a_failed_acknowledgment_are_counted(redis_client, mon
     assert value(engine.metrics.runs_unrecorded) == 1 and engine.ledger._queued == {}
     assert [record.message for record in caplog.records if record.name == "relay.runs.ledger"] == [
         "Cannot write to the run ledger; runs go unrecorded until it can"]
+
+
+def test_a_record_that_cannot_be_built_never_stops_delivery(redis_client, caplog):
+    class Bare:   # an outcome without the fields a record reads
+        ok, exit_code, duration, timed_out, error, engine_unavailable = True, 0, 0.1, False, None, False
+
+    engine = Engine(redis_client, [AUDIT])
+    engine.executor.program("audit.handler", Bare())
+    with caplog.at_level(logging.ERROR, logger="relay.runs.ledger"):
+        engine.publish({"kind": "refund"})
+        engine.read()
+    assert engine.pending() == 0 and value(engine.metrics.events_processed) == 1
+    assert engine.runs()[0].kind == "settlement" and value(engine.metrics.runs_unrecorded) == 1
+    assert [record.message for record in caplog.records if record.name == "relay.runs.ledger"] == [
+        "Cannot build a run record; the run goes unrecorded"]

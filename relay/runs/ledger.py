@@ -85,12 +85,18 @@ class RunLedger:
     # --- the engine's events (relay.stream.seams.Observer) --------------------------
 
     def invocation_finished(self, attempt: Attempt, outcome: Outcome | None) -> None:
-        self._add(attempt, self._run(attempt, outcome))
+        try:
+            self._add(attempt, self._run(attempt, outcome))
+        except Exception as error:   # an observer never raises into the hot path; the record is counted lost
+            self._broken(error)
 
     def invocation_expired(self, attempt: Attempt) -> None:
-        fields = self._named(attempt)
-        fields[record.STATUS] = RunStatus.EXPIRED.value
-        self._add(attempt, fields)
+        try:
+            fields = self._named(attempt)
+            fields[record.STATUS] = RunStatus.EXPIRED.value
+            self._add(attempt, fields)
+        except Exception as error:
+            self._broken(error)
 
     def received(self, count: int) -> None:
         pass
@@ -222,6 +228,12 @@ class RunLedger:
         self._next_trim = now + TRIM_INTERVAL_MS
         pipe.xtrim(self.key, minid=f"{max(0, now - self.max_age_ms)}-0", approximate=True)
         return 1
+
+    def _broken(self, error: Exception) -> None:
+        """A record Relay could not even build (a bug): counted, logged with its traceback, delivery goes on."""
+        self._unrecorded(1)
+        log.error("Cannot build a run record; the run goes unrecorded", exc_info=error,
+                  extra={"ledger": self.key, "error": str(error)})
 
     def _account(self, failed: int, error: object) -> None:
         if failed:
