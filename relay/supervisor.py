@@ -93,6 +93,7 @@ class Supervisor:
         self.loops: list[gevent.Greenlet] = []
         self.services: list[Service] = []
         self.state_loop: gevent.Greenlet | None = None
+        self.write_behind_loop: gevent.Greenlet | None = None
         self.failed_loop: str | None = None  # the name of the first loop that ended unexpectedly
 
     def run(self) -> int:
@@ -162,6 +163,8 @@ class Supervisor:
         ensure_group(clients.redis, config.stream, config.group)
         consumer = process.engine.consumer
         self.loops += [self._spawn("consumer", consumer.read_loop), self._spawn("reclaimer", consumer.reclaim_loop)]
+        self.write_behind_loop = self._spawn("write-behind", process.engine.write_behind.loop)   # ends after the drain
+        self.loops.append(self.write_behind_loop)
         self._start_side_loops(process)
 
     def _start_side_loops(self, process: Process) -> None:
@@ -228,6 +231,9 @@ class Supervisor:
             consumer.dispatches.kill(timeout=10)
         if not process.warm.close():
             log.warning("Warm containers still being removed at the deadline; the next start sweeps them")
+        process.engine.write_behind.stop()   # it writes what is still owed (bounded), then ends
+        if self.write_behind_loop is not None:
+            self.write_behind_loop.join(timeout=process.engine.write_behind.grace + 5)
         gevent.joinall(self.loops, timeout=5)
         gevent.killall([loop for loop in self.loops if not loop.dead], timeout=5)
         self._final_flush(process)

@@ -64,6 +64,8 @@ from relay.stream.retention import Retention
 from relay.stream.schedules import Provenance, Publisher, Scheduler
 from relay.stream.settle import Settler
 from relay.stream.slots import Slots
+from relay.stream.writebehind import Counters as WriteBehindCounters
+from relay.stream.writebehind import WriteBehind
 from relay.view.database import DB_PATH, StateDatabase
 from relay.view.writer import StateWriter, previous_functions
 
@@ -117,6 +119,7 @@ class Engine:
     dispatcher: Dispatcher
     consumer: Consumer
     limits: seams.Limits
+    write_behind: WriteBehind    # bookkeeping that met a Redis outage, written when it answers (a loop)
 
 
 def build_engine(client: redis.Redis, address: StreamAddress, *, catalog: seams.RuleSource,
@@ -133,8 +136,11 @@ def build_engine(client: redis.Redis, address: StreamAddress, *, catalog: seams.
     limits in Redis (tests only).
     """
     observer = _one_observer([PrometheusObserver(metrics), *([ledger] if ledger else []), *observers])
-    store = InvocationStore(client, address)
-    settler = Settler(client, address, observer, ledger)
+    write_behind = WriteBehind(client, address, reclaim_after=min_idle, counters=WriteBehindCounters(
+        deferred=lambda kind: metrics.bookkeeping_deferred.labels(kind).inc(), late=metrics.bookkeeping_late.inc,
+        lost=metrics.bookkeeping_lost.inc, resent=metrics.bookkeeping_resent.inc))
+    store = InvocationStore(client, address, write_behind)
+    settler = Settler(client, address, observer, ledger, write_behind)
     slots = Slots(max_concurrency, on_wait=metrics.concurrency_waits.inc)
     buffer = Buffer(max_buffered_events, metrics.buffered_events)
     if limits is None:
@@ -146,7 +152,7 @@ def build_engine(client: redis.Redis, address: StreamAddress, *, catalog: seams.
     consumer = Consumer(client=client, address=address, catalog=catalog, dispatcher=dispatcher, settler=settler,
                         buffer=buffer, observer=observer, block_ms=block_ms, reclaim_interval=reclaim_interval,
                         min_idle=min_idle, max_event_bytes=max_event_bytes)
-    return Engine(address, observer, store, settler, slots, buffer, dispatcher, consumer, limits)
+    return Engine(address, observer, store, settler, slots, buffer, dispatcher, consumer, limits, write_behind)
 
 
 @dataclass(frozen=True)
@@ -296,3 +302,7 @@ class Observers:
     def expired(self, function: str) -> None:
         for observer in self.observers:
             observer.expired(function)
+
+    def ran_twice(self, attempt: Attempt) -> None:
+        for observer in self.observers:
+            observer.ran_twice(attempt)

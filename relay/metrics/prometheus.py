@@ -84,6 +84,18 @@ class Metrics:
                                                                       "not publish.")
         self.runs_unrecorded = counter("runs_unrecorded", "Run records the run ledger could not write to Redis "
                                                           "(relay runs does not show those attempts).")
+        self.duplicate_runs = counter("duplicate_runs", "Successful invocations of the function on an entry "
+                                                        "another worker acknowledged meanwhile: it ran twice.",
+                                      ("function",))
+        self.bookkeeping_deferred = counter("bookkeeping_deferred", "Claims, completion markers and "
+                                                                    "acknowledgments that met a Redis error, kept "
+                                                                    "to write when Redis answers.", ("kind",))
+        self.bookkeeping_late = counter("bookkeeping_late", "Entries whose deferred bookkeeping was written after "
+                                                            "the reclaim idle time (the entry may have run again).")
+        self.bookkeeping_lost = counter("bookkeeping_lost", "Entries whose deferred bookkeeping was never written "
+                                                            "(too much owed, or still owed at stop).")
+        self.bookkeeping_resent = counter("bookkeeping_resent", "Entries whose acknowledgment or markers were "
+                                                                "written again after a Redis failover.")
         self.handler_duration = Histogram("handler_duration_seconds", "Handler invocation wall time.",
                                           ("function", "handler"), buckets=DURATION_BUCKETS, registry=registry)
         self.build_duration = Histogram("function_build_seconds", "Function image preparation time.",
@@ -104,7 +116,7 @@ class Metrics:
         invocation is an increase an alert sees (``increase()`` needs a sample before it)."""
         for counter in (self.build_failures, self.function_events, self.function_success,
                         self.function_failure, self.function_retries, self.function_dlq_entries,
-                        self.events_expired):
+                        self.events_expired, self.duplicate_runs):
             counter.labels(name)
 
 
@@ -168,6 +180,9 @@ class PrometheusObserver:
 
     def expired(self, function: str) -> None:
         self.metrics.events_expired.labels(function).inc()
+
+    def ran_twice(self, attempt: Attempt) -> None:
+        self.metrics.duplicate_runs.labels(attempt.function).inc()
 
     # --- the runtime's events ---------------------------------------------------------
 

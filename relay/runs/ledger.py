@@ -116,6 +116,9 @@ class RunLedger:
     def expired(self, function: str) -> None:
         pass
 
+    def ran_twice(self, attempt: Attempt) -> None:
+        pass
+
     # --- writing, with the settle (relay.stream.seams.RunLedger) --------------------
 
     def queue(self, pipe: Pipeline, plan: Plan, settlement: Settlement) -> int:

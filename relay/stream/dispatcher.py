@@ -52,7 +52,7 @@ from relay.stream import markers, seams
 from relay.stream.keys import idempotency_key, target_field
 from relay.stream.markers import Action, Marker, decide
 from relay.stream.plans import Plan
-from relay.stream.seams import Attempt, Refusal, RetryDue
+from relay.stream.seams import Attempt, Refusal, RetryDue, Settle
 from relay.stream.settle import takes_prelude
 from relay.stream.verdict import (
     OPEN,
@@ -119,6 +119,7 @@ class Dispatcher:
     def _dispatch(self, plan: Plan) -> RetryDue | None:
         stored = self.store.load(plan.message_id)
         outcomes: dict[int, TargetOutcome] = {}
+        succeeded: list[Attempt] = []  # attempts that succeeded in this dispatch
         unwritten: str | None = None   # the field of a target that completed here, its marker not written yet
         retry: RetryDue | None = None  # the target the dispatch stopped at waits out a backoff
         for index, target in enumerate(plan.targets):
@@ -157,9 +158,15 @@ class Dispatcher:
                     retry = RetryDue(outcome.retry_in / 1e9, after_failure=True) if outcome.retry_in else None
                     break                 # abort on the first failure
                 unwritten = field
+                succeeded.append(self._attempt(plan, target, decision.attempt, now))
         settlement = decide_settlement(plan, outcomes, stored=stored, now=self.clock())
         retry = retry if settlement.verdict is Verdict.LEAVE_PENDING else None
-        self._settle(plan, settlement, unwritten, retry)
+        if self._settle(plan, settlement, unwritten, retry) is Settle.ELSEWHERE and succeeded:
+            log.warning("Entry acknowledged by another worker while it ran here: its handlers ran twice",
+                        extra={"message_id": plan.message_id,
+                               "functions": ",".join(dict.fromkeys(attempt.function for attempt in succeeded))})
+            for attempt in succeeded:
+                self.observer.ran_twice(attempt)
         return retry
 
     def _unpublished(self, plan: Plan) -> Settlement | None:
@@ -173,7 +180,7 @@ class Dispatcher:
             return OPEN
         return decide_provenance(plan, published)
 
-    def _settle(self, plan: Plan, settlement: Settlement, unwritten: str | None, retry: RetryDue | None) -> None:
+    def _settle(self, plan: Plan, settlement: Settlement, unwritten: str | None, retry: RetryDue | None) -> Settle:
         """Settle the entry, with the marker of the target that completed last (*unwritten*).
 
         When the entry is acknowledged and its state cleared, the marker goes in
@@ -181,13 +188,13 @@ class Dispatcher:
         written first, on its own.
         """
         if unwritten is None:
-            self.settler.settle(plan, settlement, retry=retry)
-        elif takes_prelude(settlement):
-            self.settler.settle(plan, settlement,
-                                prelude=lambda pipe: self.store.queue_complete(pipe, plan.message_id, unwritten))
-        else:
-            self.store.complete(plan.message_id, unwritten)
-            self.settler.settle(plan, settlement, retry=retry)
+            return self.settler.settle(plan, settlement, retry=retry)
+        if takes_prelude(settlement):
+            return self.settler.settle(plan, settlement,
+                                       prelude=lambda pipe: self.store.queue_complete(pipe, plan.message_id,
+                                                                                       unwritten))
+        self.store.complete(plan.message_id, unwritten)
+        return self.settler.settle(plan, settlement, retry=retry)
 
     # --- one invocation ---------------------------------------------------------
 

@@ -3,7 +3,12 @@
 Every call fails open: a Redis error while reading or writing bookkeeping is
 logged and treated as "no state", so bookkeeping never blocks delivery; the
 at-least-once contract holds because the entry itself stays pending until it
-is acknowledged.
+is acknowledged. A claim or a completion marker that could not be written is
+handed to the write-behind (relay.stream.writebehind), which writes it as
+soon as Redis answers, so the entry does not run again for want of it. A
+claim that meets a broken connection is first tried once more at once, on a
+new one: after a failover, every pooled connection to the old primary fails
+once, and the new primary is usually there already.
 
 A stored value Relay cannot read (tampered, or written by something else) is
 an absent marker: the invocation is eligible, and its first claim replaces
@@ -14,13 +19,16 @@ from __future__ import annotations
 
 import logging
 from collections import OrderedDict
-from typing import cast
+from typing import TYPE_CHECKING, cast
 
 import redis
 
 from relay.quoting import quote
 from relay.stream import markers
 from relay.stream.keys import StreamAddress, invocation_key
+
+if TYPE_CHECKING:
+    from relay.stream.writebehind import WriteBehind
 
 log = logging.getLogger("relay.stream.invocations")
 
@@ -38,9 +46,10 @@ return 1
 
 
 class InvocationStore:
-    def __init__(self, client: redis.Redis, address: StreamAddress) -> None:
+    def __init__(self, client: redis.Redis, address: StreamAddress, owed: WriteBehind | None = None) -> None:
         self.client = client
         self.address = address
+        self.owed = owed
         self._try_start = client.register_script(_TRY_START)
         self._warned: OrderedDict[str, frozenset[str]] = OrderedDict()   # message id → unreadable fields logged
 
@@ -76,19 +85,26 @@ class InvocationStore:
             "values": ",".join(sorted(quote(values[name]) for name in unreadable))})
 
     def try_start(self, message_id: str, field: str, expected: bytes | None, deadline: int, attempt: int) -> bool:
-        """Record attempt *attempt* as running until *deadline*, unless the field changed."""
+        """Record attempt *attempt* as running until *deadline*, unless the field changed.
+
+        When Redis cannot say, the attempt runs anyway and its claim is owed to the write-behind.
+        """
+        value = markers.running(deadline, attempt)
+        args = [field, expected or "", value, markers.STATE_TTL_SECONDS]
         try:
-            claimed = self._try_start(keys=[self.key(message_id)],
-                                      args=[field, expected or "", markers.running(deadline, attempt),
-                                            markers.STATE_TTL_SECONDS])
+            claimed = self._try_start(keys=[self.key(message_id)], args=args)
         except redis.RedisError as error:
-            log.warning("Cannot claim invocation; running it anyway",
+            log.warning("Cannot claim invocation; running it anyway, the claim is written when Redis answers",
                         extra={"message_id": message_id, "field": field, "error": str(error)})
+            if self.owed is not None:
+                self.owed.claim(message_id, field, expected, value)
             return True
         return bool(claimed)
 
     def release(self, message_id: str, field: str, previous: bytes | None) -> None:
         """Undo a claim: put back the marker *previous* it replaced (none: remove the field)."""
+        if self.owed is not None:
+            self.owed.written(message_id, field)   # a claim owed for it must never be written now
         key = self.key(message_id)
         try:
             if previous:
@@ -118,10 +134,18 @@ class InvocationStore:
             self._queue(pipe, self.key(message_id), field, value)
             pipe.execute()
         except redis.RedisError as error:
-            log.warning("Cannot record invocation state", extra={
-                "message_id": message_id, "field": field, "state": value.split(":")[0], "error": str(error)})
+            completed = value == markers.OK
+            log.warning("Cannot record invocation state" + ("; it is written when Redis answers" if completed else ""),
+                        extra={"message_id": message_id, "field": field, "state": value.split(":")[0],
+                               "error": str(error)})
+            if completed and self.owed is not None:
+                self.owed.complete(message_id, field)
+            return
+        if self.owed is not None:
+            self.owed.written(message_id, field, value)
 
     @staticmethod
     def _queue(pipe: redis.client.Pipeline, key: str, field: str, value: str) -> None:
         pipe.hset(key, field, value)
         pipe.expire(key, markers.STATE_TTL_SECONDS)
+

@@ -6,7 +6,7 @@ its own pieces, and a second execution path (warm containers) only has to
 fit the Executor seam. relay.wiring puts the real ones together.
 
 Types only: the Protocols, and the few plain values and aliases that cross
-them (Attempt, RetryDue, Refusal, EntryIds, Prelude). The imports the annotations need are for
+them (Attempt, RetryDue, Refusal, Settle, EntryIds, Prelude). The imports the annotations need are for
 the type checker alone, so importing this module costs nothing, and nothing
 here imports the modules that implement the seams: this is a leaf of the
 stream engine, below the dispatcher and the Settler.
@@ -69,6 +69,14 @@ class RetryDue:
     after_failure: bool
 
 
+class Settle(Enum):
+    """How carrying out a settlement went (the Settler's ``settle``)."""
+
+    DONE = "done"             # acknowledged, dead-lettered or left pending, as decided
+    ELSEWHERE = "elsewhere"   # acknowledged, but another worker had acknowledged the entry first
+    FAILED = "failed"         # Redis failed: the entry stays pending
+
+
 class Executor(Protocol):
     """Runs one handler invocation to its end; never raises for a failing handler or engine."""
 
@@ -98,7 +106,7 @@ class Settler(Protocol):
     """Carries a Settlement out: the one place an entry is acknowledged or dead-lettered."""
 
     def settle(self, plan: Plan, settlement: Settlement, prelude: Prelude | None = None,
-               retry: RetryDue | None = None) -> bool: ...
+               retry: RetryDue | None = None) -> Settle: ...
 
     def settle_unmatched(self, message_ids: EntryIds) -> bool: ...
 
@@ -237,3 +245,7 @@ class Observer(Protocol):
     def expired(self, function: str) -> None:
         """A settled entry's invocations of *function* were not run: the entry was older than their
         max_event_age. Follows the ``settled`` of a dead-lettered or acknowledged entry, once per function."""
+
+    def ran_twice(self, attempt: Attempt) -> None:
+        """*attempt* succeeded here on an entry another worker had acknowledged meanwhile (its XACK found
+        the entry settled): its handler ran for that entry twice. Follows the entry's ``settled``."""

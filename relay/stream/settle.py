@@ -14,12 +14,19 @@ a dead-lettered entry's just before its dead-letter entry, which then
 names the last attempt's run id, status, exit code and end of stderr.
 The ledger's commands never decide the settle: a refused XADD is counted
 by the ledger and the XACK stands.
+
+An acknowledgment Redis did not answer is owed to the write-behind
+(relay.stream.writebehind), which sends it as soon as Redis answers, well
+before the reclaimer could hand the entry out again. An XACK that finds
+the entry no longer pending means another worker acknowledged it first:
+whatever ran here for it ran twice (``Settle.ELSEWHERE``).
 """
 
 from __future__ import annotations
 
 import logging
 from datetime import UTC, datetime
+from typing import TYPE_CHECKING
 
 import redis
 from redis.typing import EncodableT, FieldT
@@ -27,8 +34,11 @@ from redis.typing import EncodableT, FieldT
 from relay.stream import keys, seams
 from relay.stream.keys import StreamAddress, dlq_stream
 from relay.stream.plans import Plan
-from relay.stream.seams import EntryIds, LastRun, Prelude, RetryDue
+from relay.stream.seams import EntryIds, LastRun, Prelude, RetryDue, Settle
 from relay.stream.verdict import UNMATCHED, Settlement, Verdict
+
+if TYPE_CHECKING:
+    from relay.stream.writebehind import WriteBehind
 
 __all__ = ["Settler", "dlq_stream", "takes_prelude"]
 
@@ -53,17 +63,19 @@ return 1
 
 class Settler:
     def __init__(self, client: redis.Redis, address: StreamAddress, observer: seams.Observer,
-                 ledger: seams.RunLedger | None = None) -> None:
+                 ledger: seams.RunLedger | None = None, owed: WriteBehind | None = None) -> None:
         self.client = client
         self.address = address
         self.observer = observer
         self.ledger = ledger
+        self.owed = owed
         self.dlq = dlq_stream(address.stream)
         self._dead_letter_script = client.register_script(_DEAD_LETTER)
 
     def settle(self, plan: Plan, settlement: Settlement, prelude: Prelude | None = None,
-               retry: RetryDue | None = None) -> bool:
-        """Carry out *settlement* for *plan*'s entry; False when Redis failed (the entry stays pending).
+               retry: RetryDue | None = None) -> Settle:
+        """Carry out *settlement* for *plan*'s entry; how it went (``Settle``). When Redis failed the
+        entry stays pending (an acknowledgment is owed to the write-behind).
 
         *prelude* puts commands on the acknowledgment's pipeline, ahead of the
         XACK (the marker of the invocation that completed last): one round trip
@@ -74,8 +86,7 @@ class Settler:
             raise ValueError(f"a {settlement.verdict.name} settlement takes no prelude")
         ledger = self.ledger
         if settlement.verdict is Verdict.ACK:
-            done = self._ack([plan.message_id], clear_state=settlement.clear_state, prelude=prelude, plan=plan,
-                             settlement=settlement)
+            done = self._ack(plan, settlement, prelude)
         elif settlement.verdict is Verdict.DEAD_LETTER:
             last = ledger.write(plan, settlement) if ledger is not None else None
             done = self._dead_letter(plan.message_id, plan.kept, settlement.reason or "", settlement.attempts,
@@ -83,8 +94,8 @@ class Settler:
         else:
             if ledger is not None:
                 ledger.write(plan, settlement, retry)
-            done = True
-        if done:
+            done = Settle.DONE
+        if done is not Settle.FAILED:
             self.observer.settled(settlement, 1)
             for function in settlement.expired:
                 self.observer.expired(function)
@@ -126,45 +137,42 @@ class Settler:
         self.observer.settled(UNMATCHED, len(message_ids))
         return True
 
-    def _ack(self, message_ids: list[str], clear_state: bool = True, prelude: Prelude | None = None,
-             plan: Plan | None = None, settlement: Settlement | None = None) -> bool:
-        """XACK the entries and clear their invocation state, with *plan*'s ledger records; False when
-        Redis failed."""
-        if not message_ids:
-            return True
-        stream, group, ledger = self.address.stream, self.address.group, self.ledger
+    def _ack(self, plan: Plan, settlement: Settlement, prelude: Prelude | None) -> Settle:
+        """XACK the entry and clear its invocation state (unless the settlement keeps it), with *plan*'s
+        ledger records, in one round trip; FAILED (and the acknowledgment owed) when Redis failed."""
+        stream, group, ledger, message_id = self.address.stream, self.address.group, self.ledger, plan.message_id
+        pipe = self.client.pipeline(transaction=False)
+        if prelude is not None:
+            prelude(pipe)
+        first = len(pipe)
+        recorded = ledger.queue(pipe, plan, settlement) if ledger else 0
+        pipe.xack(stream, group, message_id)
+        if settlement.clear_state:
+            pipe.delete(keys.invocation_key(stream, group, message_id))
         try:
-            if clear_state:
-                pipe = self.client.pipeline(transaction=False)
-                if prelude is not None:
-                    prelude(pipe)
-                first = len(pipe)
-                recorded = ledger.queue(pipe, plan, settlement) if ledger and plan and settlement else 0
-                pipe.xack(stream, group, *message_ids)
-                pipe.delete(*(keys.invocation_key(stream, group, message_id) for message_id in message_ids))
-                try:
-                    replies = pipe.execute(raise_on_error=False)
-                except redis.RedisError as error:   # nothing acknowledged; the records are lost, counted
-                    if ledger and plan and recorded:
-                        ledger.queued(plan, [error] * recorded)
-                    raise
-                if ledger and plan and recorded:
-                    ledger.queued(plan, replies[first:first + recorded])
-                for reply in replies[:first] + replies[first + recorded:]:
-                    if isinstance(reply, Exception):
-                        raise reply
-            else:
-                self.client.xack(stream, group, *message_ids)
-                if ledger and plan and settlement:
-                    ledger.write(plan, settlement)
+            try:
+                replies = pipe.execute(raise_on_error=False)
+            except redis.RedisError as error:   # nothing acknowledged; the records are lost, counted
+                if ledger and recorded:
+                    ledger.queued(plan, [error] * recorded)
+                raise
+            if ledger and recorded:
+                ledger.queued(plan, replies[first:first + recorded])
+            for reply in replies[:first] + replies[first + recorded:]:
+                if isinstance(reply, Exception):
+                    raise reply
         except redis.RedisError as error:
-            log.warning("Cannot acknowledge entries; they stay pending",
-                        extra={"count": len(message_ids), "first_message_id": message_ids[0], "error": str(error)})
-            return False
-        return True
+            log.warning("Cannot acknowledge the entry; it is acknowledged when Redis answers",
+                        extra={"message_id": message_id, "error": str(error)})
+            if self.owed is not None:
+                self.owed.acknowledge(message_id, settlement.clear_state)
+            return Settle.FAILED
+        if self.owed is not None:
+            self.owed.settled(message_id, settlement.clear_state)
+        return Settle.DONE if replies[first + recorded] else Settle.ELSEWHERE
 
     def _dead_letter(self, message_id: str, payload: str | bytes | None, reason: str, attempts: int,
-                     event_bytes: int = 0, occurrence: str | None = None, last: LastRun | None = None) -> bool:
+                     event_bytes: int = 0, occurrence: str | None = None, last: LastRun | None = None) -> Settle:
         """Write the entry to the dead-letter stream, then acknowledge it and clear its state, in one script.
 
         *payload* is the event as text, or as bytes when it is not UTF-8; with
@@ -204,7 +212,9 @@ class Settler:
         except redis.RedisError as error:
             log.error("Cannot write to the dead-letter stream; the entry stays pending",
                       extra={"message_id": message_id, "dlq": self.dlq, "error": str(error)})
-            return False
+            return Settle.FAILED
         log.error("Entry dead-lettered", extra={
             "message_id": message_id, "dlq": self.dlq, "reason": reason, "attempts": attempts})
-        return True
+        if self.owed is not None:
+            self.owed.settled(message_id)
+        return Settle.DONE

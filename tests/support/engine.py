@@ -129,7 +129,7 @@ class Engine:
                              clock=self.clock, slot_wait=slot_wait, block_ms=10, min_idle=0,
                              reclaim_interval=reclaim_interval, limits=limits, ledger=self.ledger)
         self.settler, self.store, self.slots, self.limits = wired.settler, wired.store, wired.slots, wired.limits
-        self.dispatcher, self.consumer = wired.dispatcher, wired.consumer
+        self.dispatcher, self.consumer, self.write_behind = wired.dispatcher, wired.consumer, wired.write_behind
 
     def publish(self, event):
         payload = event if isinstance(event, (str, bytes)) else json.dumps(event)

@@ -1,0 +1,306 @@
+"""Bookkeeping that met a Redis outage, written as soon as Redis answers again.
+
+Relay's rule is that a Redis error never blocks delivery: a claim, a
+completion marker or an acknowledgment that fails is logged and the
+dispatch goes on. Left at that, each one is a duplicate waiting to happen.
+The entry stays pending with no ``ok`` marker, and the reclaimer hands it
+out again once it has been idle for a minute, to run a handler that had
+already succeeded.
+
+``WriteBehind`` keeps what could not be written (``claim``, ``complete``,
+``acknowledge``: bounded, in memory, one record per entry) and its greenlet
+writes it the moment Redis answers, seconds after the outage instead of a
+reclaim later. Every write is safe to repeat or to come late:
+
+- an acknowledgment is XACK and DEL of the entry's state, as the Settler
+  sends it;
+- markers (a claim, an ``ok``) are written by one script only while the
+  entry is still pending, so none outlives an acknowledgment and leaves a
+  stale key; a claim only if its field still holds what it replaced, so it
+  never overwrites what the attempt wrote since.
+
+A write that landed after the reclaim idle time may have come too late (the
+entry could be running elsewhere by then) and is counted, as is one never
+written (more than ``capacity`` entries owed, or still owed at stop).
+
+After a Sentinel failover, the writes the old primary acknowledged in its
+last moments may never have reached the replica it was replaced by.
+``WriteBehind`` remembers what this worker settled and marked in the last
+RESEND_WINDOW seconds and, when the client finds a new primary, writes it
+all again (``resend``): XACK and DEL of a settled entry are no-ops where
+they landed before.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import OrderedDict, deque
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+
+import redis
+from gevent import sleep
+from gevent.event import Event
+
+from relay.stream import markers
+from relay.stream.keys import StreamAddress, invocation_key
+
+log = logging.getLogger("relay.stream.writebehind")
+
+CAPACITY = 10_000       # entries with writes owed; past it the oldest is given up (and counted)
+GRACE = 5.0             # seconds at stop to write what is still owed
+RETRY_DELAY = 0.25      # seconds between tries while Redis does not answer
+TICK = 1.0              # seconds between looks at the primary's address when nothing is owed
+RESEND_WINDOW = 30.0    # seconds of settles and markers written again after a failover
+RECENT_LIMIT = 20_000   # at most this many of them remembered
+
+# KEYS: the stream, the entry's invocation state. ARGV: the group, the entry id, the state's TTL, then
+# (field, expected, value) triples: expected "" writes the value whatever the field holds, else only
+# while the field still holds expected (a claim; its expected is the marker it replaced, prefixed "=").
+_MARK_IF_PENDING = """
+if #redis.call('XPENDING', KEYS[1], ARGV[1], ARGV[2], ARGV[2], 1) == 0 then return 0 end
+for i = 4, #ARGV, 3 do
+  local expected = ARGV[i + 1]
+  if expected == '' or '=' .. (redis.call('HGET', KEYS[2], ARGV[i]) or '') == expected then
+    redis.call('HSET', KEYS[2], ARGV[i], ARGV[i + 2])
+  end
+end
+redis.call('EXPIRE', KEYS[2], ARGV[3])
+return 1
+"""
+
+
+@dataclass(frozen=True)
+class Mark:
+    """One marker to write: *value* into *field*; a claim (*expected* not None) only over *expected*."""
+
+    field: str
+    value: str
+    expected: bytes | None = None
+
+
+@dataclass(frozen=True)
+class Owed:
+    """What is owed for one entry: its markers, or its acknowledgment (which makes the markers moot)."""
+
+    since: float                                   # monotonic time of the first write that failed
+    marks: tuple[Mark, ...] = ()
+    ack: bool = False
+    clear_state: bool = True
+
+
+@dataclass(frozen=True)
+class Counters:
+    """Where WriteBehind counts (Prometheus counters' ``inc`` in the worker)."""
+
+    deferred: Callable[[str], None] = lambda kind: None   # a write kept for later: claim, marker or ack
+    late: Callable[[], None] = lambda: None               # written after the reclaim idle time
+    lost: Callable[[], None] = lambda: None               # given up: over capacity or at stop
+    resent: Callable[[int], None] = lambda count: None     # entries written again after a failover
+
+
+@dataclass(frozen=True, slots=True)
+class _Recent:
+    """What this worker wrote lately, to write again after a failover."""
+
+    at: float
+    message_id: str
+    owed: Owed
+
+
+class WriteBehind:
+    def __init__(self, client: redis.Redis, address: StreamAddress, *, reclaim_after: float,
+                 capacity: int = CAPACITY, grace: float = GRACE, counters: Counters = Counters(),
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.client = client
+        self.address = address
+        self.reclaim_after = reclaim_after
+        self.capacity = capacity
+        self.grace = grace
+        self.counters = counters
+        self.clock = clock
+        self.owed: OrderedDict[str, Owed] = OrderedDict()   # message id → what is owed, oldest first
+        self.recent: deque[_Recent] = deque(maxlen=RECENT_LIMIT)
+        self.stopping = Event()
+        self._wake = Event()
+        self._mark_if_pending = client.register_script(_MARK_IF_PENDING)
+        self._primary = self._primary_address()
+        self._failing = False
+        self.failovers = hasattr(client.connection_pool, "master_address")   # only Sentinels fail over
+
+    # --- what the store and the Settler report -----------------------------------
+
+    def claim(self, message_id: str, field: str, expected: bytes | None, value: str) -> None:
+        """An attempt's claim (relay.stream.invocations.try_start) could not be written; it runs anyway."""
+        self._owe(message_id, "claim", Mark(field, value, expected or b""))
+
+    def complete(self, message_id: str, field: str) -> None:
+        """The completion marker of *field* could not be written."""
+        self._owe(message_id, "marker", Mark(field, markers.OK))
+
+    def acknowledge(self, message_id: str, clear_state: bool = True) -> None:
+        """The entry's acknowledgment (with its state's removal, when *clear_state*) could not be written."""
+        owed = self.owed.get(message_id)
+        self._put(message_id, "ack", Owed(owed.since if owed else self.clock(), ack=True, clear_state=clear_state))
+
+    def written(self, message_id: str, field: str, value: str | None = None) -> None:
+        """*field*'s own marker went through: nothing is owed for it any more (a completion
+        marker, *value*, is remembered for a failover)."""
+        owed = self.owed.get(message_id)
+        if owed is not None and not owed.ack:
+            marks = tuple(mark for mark in owed.marks if mark.field != field)
+            if marks:
+                self.owed[message_id] = replace(owed, marks=marks)
+            else:
+                del self.owed[message_id]
+        if value == markers.OK:
+            self._remember(message_id, Owed(0.0, marks=(Mark(field, value),)))
+
+    def settled(self, message_id: str, clear_state: bool = True) -> None:
+        """The entry was acknowledged (or dead-lettered, its state cleared): nothing is owed for it."""
+        self.owed.pop(message_id, None)
+        self._remember(message_id, Owed(0.0, ack=True, clear_state=clear_state))
+
+    def _owe(self, message_id: str, kind: str, mark: Mark) -> None:
+        owed = self.owed.get(message_id) or Owed(self.clock())
+        if not owed.ack:
+            owed = replace(owed, marks=(*(kept for kept in owed.marks if kept.field != mark.field), mark))
+        self._put(message_id, kind, owed)
+
+    def _put(self, message_id: str, kind: str, owed: Owed) -> None:
+        self.owed[message_id] = owed
+        self.counters.deferred(kind)
+        while len(self.owed) > self.capacity:
+            given_up, _ = self.owed.popitem(last=False)
+            self.counters.lost()
+            log.warning("Too much bookkeeping owed to Redis; the oldest is given up (its entry may run again)",
+                        extra={"message_id": given_up, "capacity": self.capacity})
+        self._wake.set()
+
+    def _remember(self, message_id: str, owed: Owed) -> None:
+        if not self.failovers:
+            return
+        now = self.clock()
+        recent = self.recent
+        while recent and recent[0].at < now - RESEND_WINDOW:
+            recent.popleft()
+        recent.append(_Recent(now, message_id, owed))
+
+    # --- the loop -----------------------------------------------------------------
+
+    def loop(self) -> None:
+        """Write what is owed as soon as Redis answers; after a failover, write the recent writes again.
+
+        On ``stop`` (after the drain), it tries for up to ``grace`` seconds more to write what is still
+        owed, then counts the rest as lost."""
+        while not self.stopping.is_set():
+            self._wake.clear()
+            if not self.catch_up():
+                self.stopping.wait(RETRY_DELAY)
+            elif not self.owed:
+                self._wake.wait(TICK)
+        deadline = self.clock() + self.grace
+        while self.owed and not self.flush() and self.clock() < deadline:
+            sleep(RETRY_DELAY)
+        if self.owed:
+            log.warning("Bookkeeping still owed to Redis at stop; those entries may run again",
+                        extra={"entries": len(self.owed)})
+            for _ in range(len(self.owed)):
+                self.counters.lost()
+            self.owed.clear()
+
+    def stop(self) -> None:
+        self.stopping.set()
+        self._wake.set()
+
+    def catch_up(self) -> bool:
+        """One pass of the loop: after a failover, owe the recent writes again; then write what is owed.
+        False when Redis did not answer."""
+        if self._failed_over():
+            self.resend()
+        return self.flush()
+
+    def flush(self) -> bool:
+        """Write everything owed in one round trip; False when Redis did not answer (all of it stays owed)."""
+        batch = list(self.owed.items())
+        if not batch:
+            return True
+        pipe = self.client.pipeline(transaction=False)
+        for message_id, owed in batch:
+            self._queue(pipe, message_id, owed)
+        try:
+            replies = pipe.execute(raise_on_error=False)
+        except redis.RedisError as error:
+            if not self._failing:
+                log.warning("Redis unreachable; bookkeeping owed to it is kept and written when it answers",
+                            extra={"entries": len(batch), "error": str(error)})
+                self._failing = True
+            return False
+        now, failed = self.clock(), [reply for reply in replies if isinstance(reply, Exception)]
+        if failed and all(isinstance(reply, redis.ConnectionError | redis.TimeoutError) for reply in failed):
+            return False
+        late = 0
+        for message_id, owed in batch:
+            if self.owed.get(message_id) is owed:   # not changed while the round trip was out
+                del self.owed[message_id]
+            if now - owed.since > self.reclaim_after:
+                late += 1
+                self.counters.late()
+        log.info("Bookkeeping owed to Redis written", extra={
+            "entries": len(batch), "late": late, "errors": len(failed)})
+        if failed:
+            log.warning("Redis refused owed bookkeeping; given up", extra={"error": str(failed[0])})
+        self._failing = False
+        return True
+
+    def _queue(self, pipe: redis.client.Pipeline, message_id: str, owed: Owed) -> None:
+        stream, group = self.address.stream, self.address.group
+        key = invocation_key(stream, group, message_id)
+        if owed.ack:
+            pipe.xack(stream, group, message_id)
+            if owed.clear_state:
+                pipe.delete(key)
+            return
+        args: list[str | bytes | int] = [group, message_id, markers.STATE_TTL_SECONDS]
+        for mark in owed.marks:
+            args += [mark.field, b"" if mark.expected is None else b"=" + mark.expected, mark.value]
+        self._mark_if_pending(keys=[stream, key], args=args, client=pipe)
+
+    # --- failovers ----------------------------------------------------------------
+
+    def _primary_address(self) -> object:
+        """Where the client's Sentinels last said the primary is (None without Sentinels)."""
+        return getattr(self.client.connection_pool, "master_address", None)
+
+    def _failed_over(self) -> bool:
+        primary = self._primary_address()
+        changed = primary is not None and self._primary is not None and primary != self._primary
+        if primary is not None:
+            self._primary = primary
+        return changed
+
+    def resend(self) -> None:
+        """Owe again what this worker settled and marked in the last RESEND_WINDOW seconds."""
+        now = self.clock()
+        entries: dict[str, Owed] = {}
+        for recent in self.recent:
+            if recent.at < now - RESEND_WINDOW:
+                continue
+            earlier = entries.get(recent.message_id)
+            if recent.owed.ack or earlier is None:
+                entries[recent.message_id] = replace(recent.owed, since=now)
+            elif not earlier.ack:
+                entries[recent.message_id] = replace(earlier, marks=(*earlier.marks, *recent.owed.marks))
+        for message_id, owed in entries.items():
+            if message_id not in self.owed:
+                self.owed[message_id] = owed
+        log.warning("Redis failed over to a new primary; this worker's latest bookkeeping is written again",
+                    extra={"primary": _address(self._primary), "entries": len(entries)})
+        self.counters.resent(len(entries))
+
+
+def _address(primary: object) -> str:
+    if isinstance(primary, tuple) and len(primary) == 2:
+        return f"{primary[0]}:{primary[1]}"
+    return str(primary)
