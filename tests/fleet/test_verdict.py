@@ -194,7 +194,7 @@ def test_each_mark_tells_its_entry_function_outcome_time_and_worker(tmp_path):
         Execution("1-0", "fleet-py", "ok", 1000.25, "fleet-a"), Execution("1-0", "fleet-py", "ok", 1070.5, "fleet-b"),
         Execution("1-0", "fleet-flaky", "fail", 1071.0, "fleet-b"),
         Execution("2-0", "fleet-py", "ok", None, tmp_path.name)]
-    assert parse_marks(paths) == {("1-0", "fleet-py"): {"ok": 2}, ("1-0", "fleet-flaky"): {"fail": 1}}
+    assert parse_marks(parse_executions(paths)) == {("1-0", "fleet-py"): {"ok": 2}, ("1-0", "fleet-flaky"): {"fail": 1}}
 
 
 def test_a_duplicate_is_put_down_to_the_latest_fault_whose_window_holds_its_first_execution():

@@ -90,15 +90,16 @@ def parse_executions(paths):
         for line in path.read_text(errors="replace").splitlines():
             found = MARK.search(line)
             if found:
-                executions.append(duplicates.Execution(found["message"], found["function"], found["outcome"],
-                                            float(found["at"]) if found["at"] else None, path.parent.name))
+                at = float(found["at"]) if found["at"] else None
+                executions.append(duplicates.Execution(found["message"], found["function"], found["outcome"], at,
+                                                       path.parent.name))
     return executions
 
 
-def parse_marks(paths, executions=None):
-    """(message id, function) → Counter of outcomes (of *executions* if given, else from *paths*)."""
+def parse_marks(executions):
+    """(message id, function) → Counter of outcomes, from parse_executions."""
     marks = defaultdict(Counter)
-    for execution in parse_executions(paths) if executions is None else executions:
+    for execution in executions:
         marks[execution.entry, execution.function][execution.outcome] += 1
     return marks
 
@@ -170,7 +171,7 @@ def judge(*, client, produced, output_paths, hostnames, stream="events", group="
     for record in dlq:
         dlq_by_id[record.get("original_id")].append(record)
     executions = parse_executions(output_paths)
-    marks = parse_marks(output_paths, executions)
+    marks = parse_marks(executions)
     judge_limits(verdict, output_paths, [(window.start, window.end) for window in fault_windows])
     verdict.executions = sum(sum(outcomes.values()) for outcomes in marks.values())
     judge_ledger(verdict, client, stream, marks)
@@ -210,8 +211,8 @@ def judge(*, client, produced, output_paths, hostnames, stream="events", group="
         verdict.fail(f"{len(leftover)} invocation-state keys left behind (e.g. {leftover[0].decode()})")
     if verdict.dlq != verdict.dlq_expected:
         verdict.fail(f"DLQ holds {verdict.dlq} entries, {verdict.dlq_expected} expected")
-    verdict.duplicate_account = duplicates.account(executions, duplicated,
-                                        [window for window in fault_windows if window.name not in HARMLESS])
+    harmful = [window for window in fault_windows if window.name not in HARMLESS]
+    verdict.duplicate_account = duplicates.account(executions, duplicated, harmful)
     judge_duplicates(verdict, max_duplicates)
     return verdict
 
