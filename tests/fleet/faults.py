@@ -19,6 +19,23 @@ FAULT_TIMELINE = (   # seconds after the producer starts, name
 SENTINEL_FAULTS = {"Redis DEBUG SLEEP 8": "SIGKILL the primary", "Redis SIGKILL + restart (AOF)": "failover back"}
 SENTINEL_TIMELINE = tuple((at, SENTINEL_FAULTS.get(name, name)) for at, name in FAULT_TIMELINE)
 REJOIN_PAUSE = 3    # seconds between the promotion and starting the killed primary again
+HARMLESS = ("malformed burst",)   # faults that only add entries: none can make a handler run twice
+
+
+@dataclass
+class FaultWindow:
+    """When a fault was applied, in Unix time; *at* is its moment in seconds after the producer started,
+    and *host* the worker it hit when it hit only one (a worker SIGKILL)."""
+
+    name: str
+    start: float
+    end: float
+    at: float = 0.0
+    host: str | None = None
+
+    @property
+    def label(self):
+        return f"{self.name}{f' {self.host}' if self.host else ''} at {self.at:.0f}s"
 
 
 @dataclass
@@ -34,13 +51,14 @@ class Faults:
         self.fleet = fleet
         self.rng = rng
         self.record = []    # (name, started at, seconds, detail)
-        self.windows = []   # (start, end) of each fault in Unix time, for the limits' verdict
+        self.windows = []   # FaultWindow of each fault, for the limits' verdict and the duplicates' account
+        self.origin = None  # Unix time the timeline started at (the producer's start)
         self.failovers = []  # Failover, under Sentinel
         self.errors = []
         self.finished = threading.Event()
 
     def run(self, scale=1.0):
-        start = time.monotonic()
+        start, self.origin = time.monotonic(), time.time()
         actions = {
             "malformed burst": self.malformed_burst,
             "SIGKILL a worker": self.kill_worker,
@@ -58,12 +76,15 @@ class Faults:
                 began = time.monotonic()
                 wall = time.time()
                 detail = actions[name]()
-                self.windows.append((wall, time.time()))
-                self.record.append((name, round(began - start, 1), round(time.monotonic() - began, 1), detail))
+                offset = round(began - start, 1)
+                self.windows.append(FaultWindow(name, wall, time.time(), offset,
+                                                detail if name == "SIGKILL a worker" else None))
+                self.record.append((name, offset, round(time.monotonic() - began, 1), detail))
         except Exception as error:  # reported by the run; the fleet goes on without the rest
             self.errors.append(f"{type(error).__name__}: {error}")
         finally:
             self.finished.set()
+
     def malformed_burst(self):
         return f"{self.fleet.producer.malformed_burst()} entries"
 

@@ -1,17 +1,22 @@
 """The fleet's functions and the events that exercise them.
 
 Every handler prints one mark line per execution, ``FLEET-MARK <function>
-<seq> <outcome>``; Relay forwards it prefixed with the message id, so the
-verdict can count executions per entry from the workers' output alone.
+<seq> <outcome> <unix time>``; Relay forwards it prefixed with the message id,
+so the verdict can count executions per entry from the workers' output alone,
+and tell when each ran (to account for a duplicate by the fault it met).
 
 fleet-py (Python) and fleet-node (Node) run warm: reused containers, replaced
-every 200 invocations (fleet-py) or after 20 s idle (fleet-node); the rest
-run a new container per invocation, but for the two limited functions:
-fleet-rated (``rate_limit: 10/s``, the eu events) prints ``FLEET-START
-fleet-rated <seq> <unix time>`` as it starts, and fleet-keyed
-(``concurrency_key: account``, the us events) prints ``FLEET-SPAN fleet-keyed
-<seq> <account> <start> <end>`` around a 0.3 s sleep, so the verdict measures
-the rate and the per-key concurrency from the handlers' own clocks.
+every 200 invocations (fleet-py) or after 20 s idle (fleet-node); so do the
+two limited functions, and the rest run a new container per invocation. With
+``write_functions(root, cold=True)`` (``python -m tests.fleet --cold``) every
+function runs cold: the same templates without their ``warm:`` block.
+
+The limited functions: fleet-rated (``rate_limit: 10/s``, the eu events)
+prints ``FLEET-START fleet-rated <seq> <unix time>`` as it starts, and
+fleet-keyed (``concurrency_key: account``, the us events) prints ``FLEET-SPAN
+fleet-keyed <seq> <account> <start> <end>`` around a 0.3 s sleep, so the
+verdict measures the rate and the per-key concurrency from the handlers' own
+clocks.
 
 kind     functions that run                                      ends
 ok       fleet-py (+ fleet-node, fleet-rated if eu; fleet-keyed if us)  acked
@@ -20,6 +25,7 @@ poison   the above + fleet-poison           DLQ after 2 attempts
 hang     the above + fleet-hang             DLQ after 2 attempts, each cut at 3s
 """
 
+import re
 from pathlib import Path
 
 KINDS = ("ok", "flaky", "poison", "hang")
@@ -36,7 +42,7 @@ FUNCTION = NAME
 
 
 def mark(event, outcome):
-    print(f"FLEET-MARK {FUNCTION} {event['seq']} {outcome}", flush=True)
+    print(f"FLEET-MARK {FUNCTION} {event['seq']} {outcome} {time.time():.3f}", flush=True)
 '''
 
 FUNCTIONS = {
@@ -72,7 +78,7 @@ events:
     retries: 2
 """,
         "handler.js": """export function record(event) {
-  console.log(`FLEET-MARK fleet-node ${event.seq} ok`);
+  console.log(`FLEET-MARK fleet-node ${event.seq} ok ${(Date.now() / 1000).toFixed(3)}`);
 }
 """,
     },
@@ -173,12 +179,18 @@ def hang(event):
 }
 
 
-def write_functions(root):
+def write_functions(root, cold=False):
+    """The fleet's functions under *root*; with *cold*, none of them warm."""
     for name, files in FUNCTIONS.items():
         directory = Path(root) / name
         directory.mkdir(parents=True, exist_ok=True)
         for filename, text in files.items():
-            (directory / filename).write_text(text)
+            (directory / filename).write_text(without_warm(text) if cold and filename == "template.yaml" else text)
+
+
+def without_warm(template):
+    """*template* without its ``warm:`` block (the key and its indented lines)."""
+    return re.sub(r"^warm:\n(?:[ \t]+.*\n)*", "", template, flags=re.M)
 
 
 def expected_functions(event):

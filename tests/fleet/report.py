@@ -1,4 +1,4 @@
-"""The fleet's summary table, and its place in docs/fleet.md."""
+"""The fleet's summary table, and its place in docs/fleet.md: each mode (plain, cold, Sentinel) has its own."""
 
 import os
 import platform
@@ -6,11 +6,16 @@ import re
 import time
 from pathlib import Path
 
+from tests.fleet.duplicates import by_fault
+
 BEGIN = "<!-- fleet-summary:begin -->"
 END = "<!-- fleet-summary:end -->"
+COLD_BEGIN = "<!-- fleet-cold-summary:begin -->"
+COLD_END = "<!-- fleet-cold-summary:end -->"
 SENTINEL_BEGIN = "<!-- fleet-sentinel-summary:begin -->"
 SENTINEL_END = "<!-- fleet-sentinel-summary:end -->"
-COLUMNS = ("Run", "Events", "Entries", "Malformed", "Executions", "Duplicates", "Producer dup.",
+SECTIONS = {"plain": (BEGIN, END), "cold": (COLD_BEGIN, COLD_END), "sentinel": (SENTINEL_BEGIN, SENTINEL_END)}
+COLUMNS = ("Run", "Events", "Entries", "Malformed", "Executions", "Duplicates (% of executions)", "Producer dup.",
            "Runs on record (unrecorded)", "DLQ (expected)", "Lost", "Worker restarts (exits)",
            "Rated starts: most in 1s / 10s", "Keyed: most per account at once", "Drain", "Total", "Verdict")
 SENTINEL_COLUMNS = (*COLUMNS[:8], "Re-adds (WAIT 0)", "Failovers: kill → promoted", "Rejoined as replica",
@@ -24,7 +29,7 @@ def summary_table(reports):
     for number, report in enumerate(reports, 1):
         verdict = report.verdict
         cells = [number, verdict.events, verdict.entries, verdict.malformed, verdict.executions,
-                 verdict.duplicates, verdict.producer_duplicates,
+                 f"{verdict.duplicates} ({verdict.duplicate_share:.2f} %)", verdict.producer_duplicates,
                  f"{verdict.runs_recorded} ({verdict.runs_unrecorded})", f"{verdict.dlq} ({verdict.dlq_expected})",
                  verdict.lost, f"{report.restarts} ({report.exits})",
                  f"{verdict.rate_max.get(1.0, 0)} / {verdict.rate_max.get(10.0, 0)}",
@@ -39,18 +44,29 @@ def summary_table(reports):
     return "\n".join(rows)
 
 
+def duplicates_line(number, report):
+    """"Run 1, duplicates by fault: SIGKILL a worker fleet-b at 27s: 3, no fault: 0"."""
+    return f"Run {number}, duplicates by fault: {by_fault(report.verdict.duplicate_account, report.fault_windows)}"
+
+
+def duplicates_by_run(reports):
+    """One duplicates_line per run, as a markdown list to go under the table."""
+    return "\n".join(f"- {duplicates_line(number, report)}" for number, report in enumerate(reports, 1))
+
+
 def machine():
     cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
                 if line.startswith("model name")), platform.machine())
     return f"{cpu}, {os.cpu_count()} cores, Linux {platform.release()}"
 
 
-def write_section(path, table, command, sentinel=False):
-    """Replace the summary section of *path* (under Sentinel, the Sentinel runs' own section)."""
-    begin, end = (SENTINEL_BEGIN, SENTINEL_END) if sentinel else (BEGIN, END)
-    text = Path(path).read_text()
-    if begin not in text or end not in text:
+def write_section(path, text, command, mode="plain"):
+    """Replace the summary section of *path* of the runs' *mode* ("plain", "cold" or "sentinel")."""
+    begin, end = SECTIONS[mode]
+    document = Path(path).read_text()
+    if begin not in document or end not in document:
         raise SystemExit(f"{path} has no {begin} … {end} section to replace")
-    section = (f"{begin}\n{table}\n\nMachine: {machine()}. Date: {time.strftime('%Y-%m-%d')}. "
+    section = (f"{begin}\n{text}\n\nMachine: {machine()}. Date: {time.strftime('%Y-%m-%d')}. "
                f"Command: `{command}`.\n{end}")
-    Path(path).write_text(re.sub(re.escape(begin) + ".*?" + re.escape(end), lambda _: section, text, flags=re.S))
+    Path(path).write_text(re.sub(re.escape(begin) + ".*?" + re.escape(end), lambda _: section, document,
+                                 flags=re.S))

@@ -1,5 +1,11 @@
 """One fleet run: services, three workers, the producer and the faults, then the verdict.
 
+With *cold*, every function runs cold (no ``warm:`` block). With
+*max_duplicates* (a percentage), the verdict fails a run whose duplicates
+are more than that share of its executions; each duplicate's account (when
+its executions ran, on which worker, the fault it met) is written to
+``duplicates.txt`` in the run directory.
+
 With *sentinel*, Redis is a primary, a replica and three Sentinels
 (tests/support/sentinel.py): the workers find the primary through the
 Sentinels, the producer waits for a replica to confirm each add, the two Redis
@@ -45,18 +51,22 @@ class RunReport:
     run_dir: Path
     notes: list = field(default_factory=list)
     sentinel: bool = False
+    cold: bool = False
+    fault_windows: list = field(default_factory=list)   # faults.FaultWindow
     failovers: list = field(default_factory=list)   # faults.Failover, under Sentinel
     unconfirmed_adds: int = 0
 
 
 class Fleet:
-    def __init__(self, pyz, root, seed, sentinel=False):
+    def __init__(self, pyz, root, seed, sentinel=False, cold=False, max_duplicates=None):
         self.root = Path(root)
         self.run_dir = self.root / time.strftime("run-%Y%m%d-%H%M%S")
         self.rng = random.Random(seed)
         self.pyz = pyz
         self.docker = PrivateDocker(self.root / "docker")
         self.sentinel = sentinel
+        self.cold = cold
+        self.max_duplicates = max_duplicates
         self.redis = (SentinelRedis(self.run_dir / "redis", persistent=True) if sentinel
                       else PersistentRedis(self.run_dir / "redis"))
         self.workers = []
@@ -83,7 +93,7 @@ class Fleet:
         self._clean_engine()
         self.redis.start()
         functions_dir = self.run_dir / "functions"
-        write_functions(functions_dir)
+        write_functions(functions_dir, cold=self.cold)
         prepare_mount_points()
         redis_uri, extra = (self.redis.uri(), self.redis.environment()) if self.sentinel else (self.redis.address, {})
         environment = worker_environment(redis_uri, self.docker.host, self.run_dir / "pyz-cache", **extra)
@@ -124,8 +134,9 @@ class Fleet:
         client = self.redis_client()
         outputs = [path for worker in self.workers for path in worker.outputs()]
         verdict = judge(client=client, produced=self.producer.events, output_paths=outputs, hostnames=HOSTNAMES,
-                        fault_windows=faults.windows)
+                        fault_windows=faults.windows, max_duplicates=self.max_duplicates)
         client.close()
+        self._write_duplicates(verdict, faults.origin, progress)
         if self.sentinel:
             self._judge_replicas(verdict)
         for hostname, code in exit_codes.items():
@@ -140,12 +151,21 @@ class Fleet:
             retried_adds=self.producer.retried_adds,
             error_lines=sum(log.read_text(errors="replace").count("level=ERROR")
                             for worker in self.workers for log in worker.logs()),
-            run_dir=self.run_dir, sentinel=self.sentinel, failovers=faults.failovers,
+            run_dir=self.run_dir, sentinel=self.sentinel, cold=self.cold, fault_windows=faults.windows,
+            failovers=faults.failovers,
             unconfirmed_adds=self.producer.unconfirmed_adds)
 
     def redis_client(self, **options):
         """A client of the fleet's Redis; under Sentinel it follows the primary."""
         return self.redis.sentinel_client(**options) if self.sentinel else self.redis.client(**options)
+
+    def _write_duplicates(self, verdict, origin, progress):
+        """Each duplicate on a line of duplicates.txt, its times in seconds after the producer started."""
+        if verdict.duplicate_account:
+            path = self.run_dir / "duplicates.txt"
+            path.write_text("".join(f"{duplicate.describe(origin or 0.0)}\n"
+                                    for duplicate in verdict.duplicate_account))
+            progress(f"fleet: {len(verdict.duplicate_account)} duplicates accounted for in {path}")
 
     def _judge_replicas(self, verdict):
         primary, replica = self.redis.primary(), self.redis.replica()

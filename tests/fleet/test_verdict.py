@@ -167,3 +167,84 @@ def test_every_marked_execution_has_at_most_one_run_record_and_lost_ones_are_cou
     verdict = Verdict()
     judge_ledger(verdict, redis_client, "events", marks)
     assert verdict.problems == ["1-0: 2 successes of fleet-py on record, 1 ran"]
+
+
+# --- duplicates: a share of the executions, each put down to the fault it met -------
+
+
+def _marks(tmp_path, worker, lines):
+    """A worker's output with mark lines: (message id, function, outcome, handler time)."""
+    path = tmp_path / worker / "run1.out"
+    path.parent.mkdir(exist_ok=True)
+    path.write_text("".join(f'relay: function "{function}" handler "handler.record" message "{message}": '
+                            f"FLEET-MARK {function} 1 {outcome} {at:.3f}\n"
+                            for message, function, outcome, at in lines))
+    return path
+
+
+def test_each_mark_tells_its_entry_function_outcome_time_and_worker(tmp_path):
+    from tests.fleet.duplicates import Execution
+    from tests.fleet.verdict import parse_executions, parse_marks
+
+    paths = [_marks(tmp_path, "fleet-a", [("1-0", "fleet-py", "ok", 1000.25)]),
+             _marks(tmp_path, "fleet-b", [("1-0", "fleet-py", "ok", 1070.5), ("1-0", "fleet-flaky", "fail", 1071.0)])]
+    old = tmp_path / "fleet-c.out"     # a mark as handlers printed it before they told the time
+    old.write_text('relay: function "fleet-py" handler "handler.record" message "2-0": FLEET-MARK fleet-py 2 ok\n')
+    assert parse_executions([*paths, old]) == [
+        Execution("1-0", "fleet-py", "ok", 1000.25, "fleet-a"), Execution("1-0", "fleet-py", "ok", 1070.5, "fleet-b"),
+        Execution("1-0", "fleet-flaky", "fail", 1071.0, "fleet-b"),
+        Execution("2-0", "fleet-py", "ok", None, tmp_path.name)]
+    assert parse_marks(parse_executions(paths)) == {("1-0", "fleet-py"): {"ok": 2}, ("1-0", "fleet-flaky"): {"fail": 1}}
+
+
+def test_a_duplicate_is_put_down_to_the_latest_fault_whose_window_holds_its_first_execution():
+    from tests.fleet.duplicates import NO_FAULT, Execution, account, by_fault, fault_of
+    from tests.fleet.faults import FaultWindow
+
+    windows = [FaultWindow("SIGKILL a worker", 1025.0, 1027.0, 25.0, host="fleet-b"),
+               FaultWindow("Redis DEBUG SLEEP 8", 1050.0, 1058.0, 50.0),
+               FaultWindow("Redis SIGKILL + restart (AOF)", 1105.0, 1108.0, 105.0)]
+
+    def ran(at, worker="fleet-a"):
+        return Execution("1-0", "fleet-py", "ok", at, worker)
+
+    assert fault_of(ran(1026.0, "fleet-b"), windows) == "SIGKILL a worker fleet-b at 25s"
+    assert fault_of(ran(1026.0, "fleet-a"), windows) == NO_FAULT       # the SIGKILL only cut fleet-b's runs
+    assert fault_of(ran(1046.0), windows) == "Redis DEBUG SLEEP 8 at 50s"     # its settle met the sleep
+    assert fault_of(ran(1060.0, "fleet-b"), windows) == "Redis DEBUG SLEEP 8 at 50s"   # later than the SIGKILL
+    assert fault_of(ran(1099.0), windows) == "Redis DEBUG SLEEP 8 at 50s"     # within 70 s of its end
+    assert fault_of(ran(1101.0), windows) == "Redis SIGKILL + restart (AOF) at 105s"   # 5 s before: its settle
+    assert fault_of(ran(1178.0), windows) == "Redis SIGKILL + restart (AOF) at 105s"   # 70 s after its end
+    assert fault_of(ran(1178.5), windows) == NO_FAULT
+    assert fault_of(ran(None), windows) == NO_FAULT
+
+    executions = [ran(1106.0, "fleet-c"), ran(1170.0, "fleet-a"), ran(1200.0, "fleet-b"),   # three successes
+                  Execution("2-0", "fleet-py", "ok", 1026.5, "fleet-b"), Execution("2-0", "fleet-py", "ok", 1090.0),
+                  Execution("3-0", "fleet-flaky", "fail", 1030.0, "fleet-a"),
+                  Execution("3-0", "fleet-flaky", "ok", 1090.0, "fleet-a")]
+    duplicates = account(executions, [("1-0", "fleet-py"), ("2-0", "fleet-py")], windows)
+    assert [(duplicate.first.at, duplicate.again.at, duplicate.fault) for duplicate in duplicates] == [
+        (1106.0, 1170.0, "Redis SIGKILL + restart (AOF) at 105s"),
+        (1170.0, 1200.0, "Redis SIGKILL + restart (AOF) at 105s"),   # the pair's first ran in its window
+        (1026.5, 1090.0, "SIGKILL a worker fleet-b at 25s")]
+    assert duplicates[0].describe(origin=1000.0) == (
+        "1-0 fleet-py: ran at 106.0s on fleet-c, again at 170.0s on fleet-a: Redis SIGKILL + restart (AOF) at 105s")
+    assert by_fault(duplicates, windows) == (
+        "SIGKILL a worker fleet-b at 25s: 1, Redis SIGKILL + restart (AOF) at 105s: 2, no fault: 0")
+    assert by_fault([], windows) == "no fault: 0"
+
+
+def test_duplicates_over_the_allowed_share_of_executions_fail_the_run():
+    from tests.fleet.verdict import Verdict, judge_duplicates
+
+    verdict = Verdict(executions=2000, duplicates=6)
+    assert verdict.duplicate_share == 0.3
+    judge_duplicates(verdict, 0.3)
+    judge_duplicates(verdict, None)
+    assert verdict.passed
+    verdict.duplicates = 7
+    judge_duplicates(verdict, None)
+    assert verdict.passed
+    judge_duplicates(verdict, 0.3)
+    assert verdict.problems == ["7 duplicates, 0.35 % of 2000 executions: more than the 0.3 % allowed"]
+    assert Verdict().duplicate_share == 0.0

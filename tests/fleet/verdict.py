@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from relay.runs.record import RunStatus, decode
+from tests.fleet import duplicates
+from tests.fleet.faults import HARMLESS
 from tests.fleet.functions import (
     ATTEMPTS,
     FAILING_FOREVER,
@@ -25,7 +27,8 @@ from tests.fleet.functions import (
     expected_functions,
 )
 
-MARK = re.compile(r'message "(?P<message>[^"]+)".*?: FLEET-MARK (?P<function>\S+) (?P<seq>\d+) (?P<outcome>\w+)$')
+MARK = re.compile(r'message "(?P<message>[^"]+)".*?: FLEET-MARK (?P<function>\S+) (?P<seq>\d+) (?P<outcome>\w+)'
+                  r'(?: (?P<at>[\d.]+))?$')
 START = re.compile(r": FLEET-START fleet-rated (?P<seq>\d+) (?P<at>[\d.]+)$")
 SPAN = re.compile(r": FLEET-SPAN fleet-keyed (?P<seq>\d+) (?P<account>\S+) (?P<start>[\d.]+) (?P<end>[\d.]+)$")
 RATE_WINDOW = 10.0      # seconds: the window the rate bound is checked on, outside faults
@@ -53,6 +56,7 @@ class Verdict:
     malformed: int = 0
     executions: int = 0             # handler runs seen (marks)
     duplicates: int = 0             # successful runs beyond the first, per entry and function
+    duplicate_account: list = field(default_factory=list)   # duplicates.Duplicate: when, where, which fault
     producer_duplicates: int = 0    # events added twice by the producer's own retries
     dlq: int = 0
     dlq_expected: int = 0
@@ -67,6 +71,11 @@ class Verdict:
     problems: list = field(default_factory=list)
 
     @property
+    def duplicate_share(self):
+        """Duplicates as a percentage of the executions."""
+        return 100 * self.duplicates / self.executions if self.executions else 0.0
+
+    @property
     def passed(self):
         return not self.problems
 
@@ -74,14 +83,24 @@ class Verdict:
         self.problems.append(text)
 
 
-def parse_marks(paths):
-    """(message id, function) → Counter of outcomes."""
-    marks = defaultdict(Counter)
+def parse_executions(paths):
+    """Every execution the marks tell of; a worker's output is <run dir>/<host name>/run<N>.out."""
+    executions = []
     for path in paths:
         for line in path.read_text(errors="replace").splitlines():
             found = MARK.search(line)
             if found:
-                marks[found["message"], found["function"]][found["outcome"]] += 1
+                at = float(found["at"]) if found["at"] else None
+                executions.append(duplicates.Execution(found["message"], found["function"], found["outcome"], at,
+                                                       path.parent.name))
+    return executions
+
+
+def parse_marks(executions):
+    """(message id, function) → Counter of outcomes, from parse_executions."""
+    marks = defaultdict(Counter)
+    for execution in executions:
+        marks[execution.entry, execution.function][execution.outcome] += 1
     return marks
 
 
@@ -139,7 +158,10 @@ def judge_limits(verdict, paths, fault_windows):
                      "outside the faults")
 
 
-def judge(*, client, produced, output_paths, hostnames, stream="events", group="relay", fault_windows=()):
+def judge(*, client, produced, output_paths, hostnames, stream="events", group="relay", fault_windows=(),
+          max_duplicates=None):
+    """*fault_windows* are faults.FaultWindow; *max_duplicates* the most duplicates a run may have, in percent
+    of its executions (None: any number)."""
     verdict = Verdict(events=len(produced))
     entries = [(message_id.decode(), _fields(fields)) for message_id, fields in client.xrange(stream)]
     verdict.entries = len(entries)
@@ -148,12 +170,14 @@ def judge(*, client, produced, output_paths, hostnames, stream="events", group="
     dlq_by_id = defaultdict(list)
     for record in dlq:
         dlq_by_id[record.get("original_id")].append(record)
-    marks = parse_marks(output_paths)
-    judge_limits(verdict, output_paths, fault_windows)
+    executions = parse_executions(output_paths)
+    marks = parse_marks(executions)
+    judge_limits(verdict, output_paths, [(window.start, window.end) for window in fault_windows])
     verdict.executions = sum(sum(outcomes.values()) for outcomes in marks.values())
     judge_ledger(verdict, client, stream, marks)
 
     seen_seqs = Counter()
+    duplicated = []     # (message id, function) that succeeded more than once
     for message_id, fields in entries:
         reason = EXPECTED_REASONS.get(fields.get("event"))
         event = None if reason else _event(fields)
@@ -166,7 +190,7 @@ def judge(*, client, produced, output_paths, hostnames, stream="events", group="
             _judge_malformed(verdict, message_id, fields, records, marks, reason)
             continue
         seen_seqs[event["seq"]] += 1
-        _judge_event(verdict, message_id, fields, event, records, marks, hostnames)
+        _judge_event(verdict, message_id, fields, event, records, marks, hostnames, duplicated)
 
     for message_id in dlq_by_id:
         verdict.fail(f"DLQ entry for {message_id}, which is not in the stream")
@@ -187,7 +211,17 @@ def judge(*, client, produced, output_paths, hostnames, stream="events", group="
         verdict.fail(f"{len(leftover)} invocation-state keys left behind (e.g. {leftover[0].decode()})")
     if verdict.dlq != verdict.dlq_expected:
         verdict.fail(f"DLQ holds {verdict.dlq} entries, {verdict.dlq_expected} expected")
+    harmful = [window for window in fault_windows if window.name not in HARMLESS]
+    verdict.duplicate_account = duplicates.account(executions, duplicated, harmful)
+    judge_duplicates(verdict, max_duplicates)
     return verdict
+
+
+def judge_duplicates(verdict, max_duplicates):
+    """Fail a run whose duplicates are more than *max_duplicates* percent of its executions (None: never)."""
+    if max_duplicates is not None and verdict.duplicates > verdict.executions * max_duplicates / 100:
+        verdict.fail(f"{verdict.duplicates} duplicates, {verdict.duplicate_share:.2f} % of "
+                     f"{verdict.executions} executions: more than the {max_duplicates:g} % allowed")
 
 
 RAN = {RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.TIMED_OUT, RunStatus.KILLED}
@@ -245,9 +279,9 @@ def _judge_malformed(verdict, message_id, fields, records, marks, reason=None):
         verdict.fail(f"{where}: a handler ran for it")
 
 
-def _judge_event(verdict, message_id, fields, event, records, marks, hostnames):
+def _judge_event(verdict, message_id, fields, event, records, marks, hostnames, duplicated):
     failing = FAILING_FOREVER.get(event["kind"])
-    _judge_runs(verdict, message_id, event, marks, failing)
+    _judge_runs(verdict, message_id, event, marks, failing, duplicated)
 
     if failing is None and event["kind"] == "flaky":
         flaky = marks.get((message_id, "fleet-flaky"), Counter())
@@ -267,8 +301,9 @@ def _judge_event(verdict, message_id, fields, event, records, marks, hostnames):
     _check_dlq_record(verdict, message_id, fields, records[0], failing, hostnames)
 
 
-def _judge_runs(verdict, message_id, event, marks, failing):
-    """Every expected function ran; the ones that must succeed did; extra successes count as duplicates."""
+def _judge_runs(verdict, message_id, event, marks, failing, duplicated):
+    """Every expected function ran; the ones that must succeed did; extra successes count as duplicates
+    (and their (entry, function) goes to *duplicated*)."""
     functions = expected_functions(event)
     for function in functions:
         outcomes = marks.get((message_id, function), Counter())
@@ -277,8 +312,9 @@ def _judge_runs(verdict, message_id, event, marks, failing):
         if not outcomes:
             verdict.fail(f"{message_id} (seq {event['seq']}): {function} never ran")
             continue
-        if function != failing:
-            verdict.duplicates += max(0, outcomes["ok"] - 1)
+        if function != failing and outcomes["ok"] > 1:
+            verdict.duplicates += outcomes["ok"] - 1
+            duplicated.append((message_id, function))
     for function in functions:
         if function in MUST_SUCCEED and not marks.get((message_id, function), Counter())["ok"]:
             verdict.fail(f"{message_id} (seq {event['seq']}): {function} never succeeded")
