@@ -1,4 +1,4 @@
-"""The HTTP server under the metrics endpoint and the webhook: gevent.pywsgi with limits.
+"""The HTTP server under the metrics endpoint, the console and the webhook: gevent.pywsgi with limits.
 
 A client that connects and sends nothing, sends its request a byte at a
 time, or sends a full head and then trickles its body must not take the
@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import io
 import logging
+import os
 import resource
 import socket
 import time
@@ -53,12 +54,15 @@ from operator import attrgetter
 from types import TracebackType
 from typing import TYPE_CHECKING
 
+from gevent.event import Event
 from gevent.pool import Pool
 from gevent.pywsgi import Input, WSGIHandler, WSGIServer
 
 if TYPE_CHECKING:
     from _typeshed import WriteableBuffer
     from _typeshed.wsgi import WSGIApplication, WSGIEnvironment
+
+    from relay.config import ListenAddress
 
 log = logging.getLogger("relay.http")
 
@@ -70,6 +74,8 @@ MIN_CONNECTIONS = 4
 FILE_LIMIT_SHARE = 8   # one server takes at most 1/8 of the soft RLIMIT_NOFILE
 LISTEN_BACKLOG = 1024  # connections the kernel queues for accept (capped by net.core.somaxconn)
 WARNING_INTERVAL = 60.0
+FIRST_RETRY = 1.0      # seconds before a RetriedListener tries its port again; doubled up to MAX_RETRY
+MAX_RETRY = 30.0
 
 
 def connection_cap(soft_limit: int | None = None) -> int:
@@ -327,3 +333,44 @@ def _shutdown(sock: socket.socket, how: int) -> None:
         sock.shutdown(how)
     except OSError:
         pass
+
+
+class RetriedListener:
+    """An HTTP server as a side loop of ``relay start`` (the metrics endpoint, the console).
+
+    A port that cannot be bound is logged and tried again with a capped backoff, never fatal:
+    an observability endpoint must not stop consumption. ``stop`` closes it gracefully.
+    *name* names it in its log lines ("Metrics http server listening").
+    """
+
+    def __init__(self, name: str, address: ListenAddress, app: WSGIApplication) -> None:
+        self.name = name
+        self.address = address
+        self.app = app
+        self.stopping = Event()
+        self.server: BoundedWSGIServer | None = None
+
+    def loop(self) -> None:
+        delay = FIRST_RETRY
+        while not self.stopping.is_set():
+            server = BoundedWSGIServer((self.address.host, self.address.port), self.app, name=self.name)
+            try:
+                server.start()
+            except OSError as error:   # gevent appends the address to strerror; the errno's text is enough
+                log.warning(f"{self.name} http server cannot listen; retrying", extra={
+                    "addr": str(self.address), "error": os.strerror(error.errno) if error.errno else str(error),
+                    "retry_in": f"{delay:g}s"})
+                if self.stopping.wait(delay):
+                    return
+                delay = min(delay * 2, MAX_RETRY)
+                continue
+            self.server = server
+            log.info(f"{self.name} http server listening", extra={"addr": str(self.address)})
+            self.stopping.wait()
+            return
+
+    def stop(self) -> None:
+        self.stopping.set()
+        if self.server is not None:
+            self.server.stop(timeout=5)
+            log.info(f"{self.name} http server stopped", extra={"addr": str(self.address)})

@@ -34,14 +34,14 @@ import redis
 from relay import __version__
 from relay.config import DEFAULT_MAX_EVENT_BYTES, FUNCTIONS_DIR, Config
 from relay.console.heartbeat import Heartbeat, Pulse, function_state
-from relay.console.server import ConsoleServer, console_site
+from relay.console.server import console_server, console_site
 from relay.gitsync.webhook import webhook_service
 from relay.gitsync.webhook_secret import secret_store
 from relay.live.catalog import Catalog
 from relay.live.reconciler import ActiveImages, Reconciler
 from relay.live.watcher import Debouncer, Watcher
 from relay.metrics.prometheus import Metrics, PrometheusObserver
-from relay.metrics.server import MetricsServer
+from relay.metrics.server import metrics_server
 from relay.offload import in_thread
 from relay.runs.ledger import RunLedger
 from relay.runtime.events import RuntimeObservers
@@ -233,9 +233,9 @@ def build_process(config: Config, clients: Clients, *, functions_dir: str | Path
     if config.retention:
         side_loops["retention"] = Retention(client, config.stream, config.retention)
     if config.metrics_addr:
-        side_loops["metrics server"] = MetricsServer(config.metrics_addr, metrics.registry)
+        side_loops["metrics server"] = metrics_server(config.metrics_addr, metrics.registry)
     if config.console_addr:   # refused here, with one line, on a non-loopback address without a console token
-        side_loops["console"] = ConsoleServer(config.console_addr, console_site(
+        side_loops["console"] = console_server(config.console_addr, console_site(
             client, stream=config.stream, group=config.group, address=config.console_addr, secrets=secrets,
             functions=catalog.snapshot, max_event_bytes=config.max_event_bytes))
     return Process(metrics=metrics, catalog=catalog, pins=pins, leftovers=leftovers, executor=executor, warm=warm,

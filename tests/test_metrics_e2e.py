@@ -118,7 +118,7 @@ def test_a_taken_port_never_stops_event_processing(redis_server, redis_client, d
                     tmp_path, "worker")
     try:
         worker.wait_for('msg="Relay started"')
-        worker.wait_for('msg="Metrics server cannot listen; retrying"')
+        worker.wait_for('msg="Metrics http server cannot listen; retrying"')
         redis_client.xadd("events", {"event": json.dumps({"a": 1})})
         worker.wait_for("handled", where="stdout")
         blocker.close()

@@ -9,7 +9,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from relay.config import ListenAddress
 from relay.metrics.prometheus import Metrics
-from relay.metrics.server import MetricsServer
+from relay.metrics.server import metrics_server
 from tests.support.redis_server import free_port
 
 
@@ -32,7 +32,7 @@ def served():
     servers = []
 
     def serve(port):
-        server = MetricsServer(ListenAddress(host="127.0.0.1", port=port), metrics.registry)
+        server = metrics_server(ListenAddress(host="127.0.0.1", port=port), metrics.registry)
         servers.append((server, gevent.spawn(server.loop)))
         return server
 

@@ -11,18 +11,16 @@ server's is, never fatal; ``relay console`` stops with one line instead.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 import redis
-from gevent.event import Event
 
 from relay.console.app import Site, console_app
 from relay.console.auth import Auth, check_bind, console_token, is_loopback
 from relay.console.replays import Replays
 from relay.errors import ConsoleError
-from relay.http_server import BoundedWSGIServer
+from relay.http_server import BoundedWSGIServer, RetriedListener
 
 if TYPE_CHECKING:
     from _typeshed.wsgi import WSGIApplication
@@ -30,11 +28,6 @@ if TYPE_CHECKING:
     from relay.config import ListenAddress
     from relay.functions import ActiveFunction
     from relay.secrets.store import SecretProvider
-
-log = logging.getLogger("relay.console.server")
-
-FIRST_RETRY = 1.0
-MAX_RETRY = 30.0
 
 
 def console_site(client: redis.Redis, *, stream: str, group: str, address: ListenAddress, secrets: SecretProvider,
@@ -59,32 +52,6 @@ def listen(address: ListenAddress, app: WSGIApplication) -> BoundedWSGIServer:
     return server
 
 
-class ConsoleServer:
-    """The console as a side loop of ``relay start``."""
-
-    def __init__(self, address: ListenAddress, app: WSGIApplication) -> None:
-        self.address = address
-        self.app = app
-        self.stopping = Event()
-        self.server: BoundedWSGIServer | None = None
-
-    def loop(self) -> None:
-        delay = FIRST_RETRY
-        while not self.stopping.is_set():
-            try:
-                self.server = listen(self.address, self.app)
-            except ConsoleError as error:
-                log.warning("Console cannot listen; retrying", extra={"error": str(error), "retry_in": f"{delay:g}s"})
-                if self.stopping.wait(delay):
-                    return
-                delay = min(delay * 2, MAX_RETRY)
-                continue
-            log.info("Console listening", extra={"addr": str(self.address)})
-            self.stopping.wait()
-            return
-
-    def stop(self) -> None:
-        self.stopping.set()
-        if self.server is not None:
-            self.server.stop(timeout=5)
-            log.info("Console stopped", extra={"addr": str(self.address)})
+def console_server(address: ListenAddress, app: WSGIApplication) -> RetriedListener:
+    """The console as a side loop of ``relay start`` (its app from ``console_site``)."""
+    return RetriedListener("Console", address, app)

@@ -11,24 +11,17 @@ connection closes after the answer.
 
 from __future__ import annotations
 
-import logging
 from typing import TYPE_CHECKING
 
 import bottle
-from gevent.event import Event
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from relay.http_server import BoundedWSGIServer
+from relay.http_server import RetriedListener
 
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
 
     from relay.config import ListenAddress
-
-log = logging.getLogger("relay.metrics.server")
-
-FIRST_RETRY = 1.0
-MAX_RETRY = 30.0
 
 
 def metrics_app(registry: CollectorRegistry) -> bottle.Bottle:
@@ -42,33 +35,6 @@ def metrics_app(registry: CollectorRegistry) -> bottle.Bottle:
     return app
 
 
-class MetricsServer:
-    def __init__(self, address: ListenAddress, registry: CollectorRegistry) -> None:
-        self.address = address
-        self.app = metrics_app(registry)
-        self.stopping = Event()
-        self.server: BoundedWSGIServer | None = None
-
-    def loop(self) -> None:
-        delay = FIRST_RETRY
-        while not self.stopping.is_set():
-            server = BoundedWSGIServer((self.address.host, self.address.port), self.app, name="Metrics")
-            try:
-                server.start()
-            except OSError as error:
-                log.warning("Metrics server cannot listen; retrying", extra={
-                    "addr": str(self.address), "error": error.strerror or str(error), "retry_in": f"{delay:g}s"})
-                if self.stopping.wait(delay):
-                    return
-                delay = min(delay * 2, MAX_RETRY)
-                continue
-            self.server = server
-            log.info("Metrics http server listening", extra={"addr": str(self.address)})
-            self.stopping.wait()
-            return
-
-    def stop(self) -> None:
-        self.stopping.set()
-        if self.server is not None:
-            self.server.stop(timeout=5)
-            log.info("Metrics http server stopped", extra={"addr": str(self.address)})
+def metrics_server(address: ListenAddress, registry: CollectorRegistry) -> RetriedListener:
+    """The metrics endpoint as a side loop of ``relay start``."""
+    return RetriedListener("Metrics", address, metrics_app(registry))
