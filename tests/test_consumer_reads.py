@@ -8,11 +8,10 @@ Round trips are counted with a client that counts what it sends: one
 """
 
 import pytest
-import redis
 
 from relay.stream import markers
 from relay.stream.keys import dlq_stream
-from tests.support.engine import AUDIT, GROUP, ORDERS, STREAM, Engine
+from tests.support.engine import AUDIT, GROUP, ORDERS, STREAM, Engine, fail_acknowledgments
 
 UNMATCHED = {"kind": "nothing-wants-this"}
 
@@ -181,20 +180,6 @@ def test_a_failed_acknowledgment_leaves_the_entry_and_its_completed_target_to_th
     engine = Engine(redis_client, [AUDIT])
     scripts_loaded(engine)
     message_id = engine.publish({"kind": "refund"})
-    pipeline = engine.client.pipeline
-
-    def failing_pipeline(*args, **kwargs):
-        pipe = pipeline(*args, **kwargs)
-
-        def execute(*_args, **_kwargs):
-            if any(command[0][0] == "XACK" for command in pipe.command_stack):
-                pipe.reset()
-                raise redis.ConnectionError("Redis went away")
-            return type(pipe).execute(pipe, *_args, **_kwargs)
-
-        pipe.execute = execute
-        return pipe
-
-    monkeypatch.setattr(engine.client, "pipeline", failing_pipeline)
+    fail_acknowledgments(monkeypatch, engine.client)
     engine.read()
     assert engine.pending() == 1 and engine.state(message_id)["audit/audit.handler"].startswith("running:")

@@ -14,7 +14,7 @@ from relay.runs.record import RunStatus, Settled, decode, status_of
 from relay.runtime.invocation import Outcome
 from relay.stream.keys import StreamAddress, idempotency_key, runs_stream
 from relay.stream.schedules import Occurrence, Publisher
-from tests.support.engine import AUDIT, ORDERS, STREAM, Engine, Result, function, value
+from tests.support.engine import AUDIT, ORDERS, STREAM, Engine, Result, fail_acknowledgments, function, value
 
 pytestmark = pytest.mark.integration
 
@@ -266,24 +266,8 @@ def test_a_record_with_every_field_set_writes_exactly_the_fields_a_reader_knows(
 
 
 def test_records_lost_with_a_failed_acknowledgment_are_counted(redis_client, monkeypatch, caplog):
-    import redis
-
     engine = Engine(redis_client, [AUDIT])
-    pipeline = redis_client.pipeline
-
-    def failing_pipeline(*args, **kwargs):
-        pipe = pipeline(*args, **kwargs)
-
-        def execute(*_args, **_kwargs):
-            if any(command[0][0] == "XACK" for command in pipe.command_stack):
-                pipe.reset()
-                raise redis.ConnectionError("Redis went away")
-            return type(pipe).execute(pipe, *_args, **_kwargs)
-
-        pipe.execute = execute
-        return pipe
-
-    monkeypatch.setattr(redis_client, "pipeline", failing_pipeline)
+    fail_acknowledgments(monkeypatch, redis_client)
     with caplog.at_level(logging.WARNING, logger="relay.runs.ledger"):
         engine.publish({"kind": "refund"})
         engine.read()

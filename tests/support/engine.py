@@ -171,3 +171,24 @@ class Engine:
 def value(metric, *labels):
     """A Prometheus counter's or gauge's value, of the series with *labels* when given."""
     return (metric.labels(*labels) if labels else metric)._value.get()
+
+
+def fail_acknowledgments(monkeypatch, client):
+    """Every pipeline of *client* that carries an XACK fails as if Redis went away before it was sent."""
+    import redis
+
+    pipeline = client.pipeline
+
+    def failing_pipeline(*args, **kwargs):
+        pipe = pipeline(*args, **kwargs)
+
+        def execute(*_args, **_kwargs):
+            if any(command[0][0] == "XACK" for command in pipe.command_stack):
+                pipe.reset()
+                raise redis.ConnectionError("Redis went away")
+            return type(pipe).execute(pipe, *_args, **_kwargs)
+
+        pipe.execute = execute
+        return pipe
+
+    monkeypatch.setattr(client, "pipeline", failing_pipeline)
