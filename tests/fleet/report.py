@@ -45,7 +45,9 @@ def summary_table(reports):
 
 
 def duplicates_line(number, report):
-    """"Run 1, duplicates by fault: SIGKILL a worker fleet-b at 27s: 3, no fault: 0"."""
+    """"Run 1, duplicates by fault: SIGKILL a worker fleet-b at 27s: 3, no fault: 0", or "Run 2: no duplicates"."""
+    if not report.verdict.duplicate_account:
+        return f"Run {number}: no duplicates"
     return f"Run {number}, duplicates by fault: {by_fault(report.verdict.duplicate_account, report.fault_windows)}"
 
 

@@ -70,4 +70,4 @@ def test_duplicates_show_as_a_share_of_executions_and_by_the_fault_they_met():
     assert _row(summary_table([_report()]))["Duplicates (% of executions)"] == "0 (0.00 %)"
     assert duplicates_by_run([report, _report()]) == (
         "- Run 1, duplicates by fault: Redis SIGKILL + restart (AOF) at 105s: 2, no fault: 1\n"
-        "- Run 2, duplicates by fault: no fault: 0")
+        "- Run 2: no duplicates")
