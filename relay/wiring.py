@@ -138,7 +138,8 @@ def build_engine(client: redis.Redis, address: StreamAddress, *, catalog: seams.
     observer = _one_observer([PrometheusObserver(metrics), *([ledger] if ledger else []), *observers])
     write_behind = WriteBehind(client, address, reclaim_after=min_idle, counters=WriteBehindCounters(
         deferred=lambda kind: metrics.bookkeeping_deferred.labels(kind).inc(), late=metrics.bookkeeping_late.inc,
-        lost=metrics.bookkeeping_lost.inc, resent=metrics.bookkeeping_resent.inc))
+        lost=metrics.bookkeeping_lost.inc, resent=metrics.bookkeeping_resent.inc,
+        unrecorded=metrics.runs_unrecorded.inc), runs_max_entries=ledger.max_entries if ledger else 0)
     store = InvocationStore(client, address, write_behind)
     settler = Settler(client, address, observer, ledger, write_behind)
     slots = Slots(max_concurrency, on_wait=metrics.concurrency_waits.inc)

@@ -78,7 +78,8 @@ def test_an_acknowledgment_that_met_an_outage_is_written_when_redis_is_back(dura
     durable_redis.start()
     assert engine.write_behind.flush()
     assert engine.pending() == 0 and engine.state(message_id) == {}
-    assert value(engine.metrics.bookkeeping_deferred, "ack") == 1
+    assert [run.entry for run in engine.runs()] == [message_id]      # its run record went with it
+    assert value(engine.metrics.bookkeeping_deferred, "ack") == 1 and value(engine.metrics.runs_unrecorded) == 0
     engine.redeliver(after=MINUTE)
     assert engine.handlers_called() == [("audit", "audit.handler")]
 
@@ -230,3 +231,31 @@ def test_a_run_on_an_entry_another_worker_acknowledged_meanwhile_is_counted_as_r
     engine.publish({"kind": "refund"})
     engine.read()
     assert value(engine.metrics.duplicate_runs, "audit") == 1
+
+
+def test_records_owed_with_an_acknowledgment_that_had_landed_are_not_written_twice(redis_client):
+    from relay.stream.keys import runs_stream
+
+    message_id = pending_entry(redis_client)
+    owed, _ = write_behind(redis_client)
+    owed.runs_max_entries = 1000
+    record = {"kind": "run", "entry": message_id, "status": "succeeded"}
+    redis_client.xack(STREAM, GROUP, message_id)          # the acknowledgment had landed; its reply was lost
+    owed.acknowledge(message_id, records=[record])
+    assert owed.flush() and redis_client.xlen(runs_stream(STREAM)) == 0
+    other = redis_client.xadd(STREAM, {"event": "{}"}).decode()
+    redis_client.xreadgroup(GROUP, CONSUMER, {STREAM: ">"})
+    owed.acknowledge(other, records=[record])
+    assert owed.flush() and redis_client.xlen(runs_stream(STREAM)) == 1 and owed.record_bytes == 0
+
+
+def test_records_past_the_budget_are_counted_not_kept(redis_client, monkeypatch):
+    from relay.stream import writebehind
+
+    monkeypatch.setattr(writebehind, "RECORD_BYTES", 100)
+    unrecorded = []
+    owed = WriteBehind(redis_client, ADDRESS, reclaim_after=60, runs_max_entries=1000,
+                       counters=Counters(unrecorded=unrecorded.append))
+    owed.acknowledge("1-1", records=[{"stdout": "x" * 60}])
+    owed.acknowledge("1-2", records=[{"stdout": "y" * 60}, {"stdout": "z"}])
+    assert len(owed.owed["1-1"].records) == 1 and owed.owed["1-2"].records == () and unrecorded == [2]

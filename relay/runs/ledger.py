@@ -78,7 +78,7 @@ class RunLedger:
         self._unrecorded = unrecorded
         self._clock_ms = clock_ms
         self._pending: dict[str, list[Fields]] = {}   # entry id → its records, until its settle
-        self._queued: dict[str, int] = {}          # entry id → records on a pipeline not yet sent
+        self._queued: dict[str, list[Fields]] = {}   # entry id → records on a pipeline not yet sent
         self._next_trim = 0
         self._failing = False
 
@@ -127,13 +127,17 @@ class RunLedger:
             return 0
         for fields in records:
             pipe.xadd(self.key, _entry(fields), maxlen=self.max_entries, approximate=True)
-        self._queued[plan.message_id] = len(records)
+        self._queued[plan.message_id] = records
         return len(records) + self._queue_trim(pipe)
 
     def queued(self, plan: Plan, replies: Sequence[object]) -> None:
-        records = self._queued.pop(plan.message_id, len(replies))
-        failed = [reply for reply in replies[:records] if isinstance(reply, Exception)]
+        records = self._queued.pop(plan.message_id, None)
+        count = len(replies) if records is None else len(records)
+        failed = [reply for reply in replies[:count] if isinstance(reply, Exception)]
         self._account(len(failed), failed[0] if failed else None)
+
+    def unsent(self, plan: Plan) -> list[Fields]:
+        return self._queued.pop(plan.message_id, [])
 
     def write(self, plan: Plan, settlement: Settlement, retry: RetryDue | None = None) -> LastRun | None:
         records = self._take(plan, settlement, retry)

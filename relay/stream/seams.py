@@ -126,6 +126,10 @@ class RunLedger(Protocol):
     def queued(self, plan: Plan, replies: Sequence[object]) -> None:
         """Account for the replies to the commands ``queue`` added (exceptions for those that failed)."""
 
+    def unsent(self, plan: Plan) -> list[dict[str, str]]:
+        """The records ``queue`` put on a pipeline that never reached Redis, handed over uncounted:
+        the write-behind writes them with the entry's acknowledgment (relay.stream.writebehind)."""
+
     def write(self, plan: Plan, settlement: Settlement, retry: RetryDue | None = None) -> LastRun | None:
         """Write the entry's records now (an entry dead-lettered or left pending); its last run's
         summary for a dead-letter entry, when this dispatch ran one."""

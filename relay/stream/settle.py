@@ -150,26 +150,33 @@ class Settler:
         if settlement.clear_state:
             pipe.delete(keys.invocation_key(stream, group, message_id))
         try:
-            try:
-                replies = pipe.execute(raise_on_error=False)
-            except redis.RedisError as error:   # nothing acknowledged; the records are lost, counted
-                if ledger and recorded:
-                    ledger.queued(plan, [error] * recorded)
-                raise
-            if ledger and recorded:
-                ledger.queued(plan, replies[first:first + recorded])
-            for reply in replies[:first] + replies[first + recorded:]:
-                if isinstance(reply, Exception):
-                    raise reply
-        except redis.RedisError as error:
-            log.warning("Cannot acknowledge the entry; it is acknowledged when Redis answers",
-                        extra={"message_id": message_id, "error": str(error)})
-            if self.owed is not None:
-                self.owed.acknowledge(message_id, settlement.clear_state)
-            return Settle.FAILED
+            replies = pipe.execute(raise_on_error=False)
+        except redis.RedisError as error:   # Redis did not answer
+            return self._unacknowledged(plan, settlement, error, recorded)
+        if ledger and recorded:
+            ledger.queued(plan, replies[first:first + recorded])
+        refused = next((reply for reply in replies[:first] + replies[first + recorded:]
+                        if isinstance(reply, Exception)), None)
+        if refused is not None:
+            return self._unacknowledged(plan, settlement, refused, 0)
         if self.owed is not None:
             self.owed.settled(message_id, settlement.clear_state)
         return Settle.DONE if replies[first + recorded] else Settle.ELSEWHERE
+
+    def _unacknowledged(self, plan: Plan, settlement: Settlement, error: Exception, recorded: int) -> Settle:
+        """The acknowledgment failed: it is owed to the write-behind, with the *recorded* ledger records
+        that went unsent with it (without a write-behind, they are counted as unrecorded)."""
+        log.warning("Cannot acknowledge the entry; it is acknowledged when Redis answers",
+                    extra={"message_id": plan.message_id, "error": str(error)})
+        ledger, records = self.ledger, []
+        if ledger is not None and recorded:
+            if self.owed is None:
+                ledger.queued(plan, [error] * recorded)
+            else:
+                records = ledger.unsent(plan)
+        if self.owed is not None:
+            self.owed.acknowledge(plan.message_id, settlement.clear_state, records)
+        return Settle.FAILED
 
     def _dead_letter(self, message_id: str, payload: str | bytes | None, reason: str, attempts: int,
                      event_bytes: int = 0, occurrence: str | None = None, last: LastRun | None = None) -> Settle:

@@ -13,7 +13,11 @@ writes it the moment Redis answers, seconds after the outage instead of a
 reclaim later. Every write is safe to repeat or to come late:
 
 - an acknowledgment is XACK and DEL of the entry's state, as the Settler
-  sends it;
+  sends it, with the run ledger's records of the entry's attempts, which
+  went unsent with it: one script adds them only when its XACK finds the
+  entry still pending, so records that did land are not written twice
+  (records are kept up to RECORD_BYTES in all; past that they are counted
+  as unrecorded);
 - markers (a claim, an ``ok``) are written by one script only while the
   entry is still pending, so none outlives an acknowledgment and leaves a
   stale key; a claim only if its field still holds what it replaced, so it
@@ -36,7 +40,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import OrderedDict, deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 import redis
@@ -44,7 +48,7 @@ from gevent import sleep
 from gevent.event import Event
 
 from relay.stream import markers
-from relay.stream.keys import StreamAddress, invocation_key
+from relay.stream.keys import StreamAddress, invocation_key, runs_stream
 
 log = logging.getLogger("relay.stream.writebehind")
 
@@ -52,6 +56,7 @@ CAPACITY = 10_000       # entries with writes owed; past it the oldest is given 
 GRACE = 5.0             # seconds at stop to write what is still owed
 RETRY_DELAY = 0.25      # seconds between tries while Redis does not answer
 TICK = 1.0              # seconds between looks at the primary's address when nothing is owed
+RECORD_BYTES = 8 * 1024 * 1024   # run-ledger records kept with owed acknowledgments, in all
 RESEND_WINDOW = 30.0    # seconds of settles and markers written again after a failover
 RECENT_LIMIT = 20_000   # at most this many of them remembered
 
@@ -69,6 +74,26 @@ end
 redis.call('EXPIRE', KEYS[2], ARGV[3])
 return 1
 """
+
+# KEYS: the stream, the entry's invocation state, the run ledger. ARGV: the group, the entry id, "1" to
+# delete the state, the ledger's MAXLEN, then each record as its number of field and value strings and
+# those strings. The records are added only if the XACK found the entry pending: had the acknowledgment's
+# own round trip reached Redis, its records would be there already.
+_ACK_AND_RECORD = """
+local acked = redis.call('XACK', KEYS[1], ARGV[1], ARGV[2])
+if ARGV[3] == '1' then redis.call('DEL', KEYS[2]) end
+if acked == 1 then
+  local i = 5
+  while i <= #ARGV do
+    local n = tonumber(ARGV[i])
+    redis.call('XADD', KEYS[3], 'MAXLEN', '~', ARGV[4], '*', unpack(ARGV, i + 1, i + n))
+    i = i + n + 1
+  end
+end
+return acked
+"""
+
+Record = dict[str, str]   # a run-ledger record's fields (relay.runs.record)
 
 
 @dataclass(frozen=True)
@@ -88,6 +113,7 @@ class Owed:
     marks: tuple[Mark, ...] = ()
     ack: bool = False
     clear_state: bool = True
+    records: tuple[Record, ...] = ()               # run-ledger records unsent with the acknowledgment
 
 
 @dataclass(frozen=True)
@@ -98,6 +124,7 @@ class Counters:
     late: Callable[[], None] = lambda: None               # written after the reclaim idle time
     lost: Callable[[], None] = lambda: None               # given up: over capacity or at stop
     resent: Callable[[int], None] = lambda count: None     # entries written again after a failover
+    unrecorded: Callable[[int], None] = lambda count: None  # run-ledger records given up
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,7 +139,7 @@ class _Recent:
 class WriteBehind:
     def __init__(self, client: redis.Redis, address: StreamAddress, *, reclaim_after: float,
                  capacity: int = CAPACITY, grace: float = GRACE, counters: Counters = Counters(),
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 runs_max_entries: int = 0, clock: Callable[[], float] = time.monotonic) -> None:
         self.client = client
         self.address = address
         self.reclaim_after = reclaim_after
@@ -124,7 +151,10 @@ class WriteBehind:
         self.recent: deque[_Recent] = deque(maxlen=RECENT_LIMIT)
         self.stopping = Event()
         self._wake = Event()
+        self.runs_max_entries = runs_max_entries   # the run ledger's MAXLEN (relay.runs.ledger); 0: no ledger
+        self.record_bytes = 0                      # of the records held in ``owed``
         self._mark_if_pending = client.register_script(_MARK_IF_PENDING)
+        self._ack_and_record = client.register_script(_ACK_AND_RECORD)
         self._primary = self._primary_address()
         self._failing = False
         self.failovers = hasattr(client.connection_pool, "master_address")   # only Sentinels fail over
@@ -139,10 +169,18 @@ class WriteBehind:
         """The completion marker of *field* could not be written."""
         self._owe(message_id, "marker", Mark(field, markers.OK))
 
-    def acknowledge(self, message_id: str, clear_state: bool = True) -> None:
-        """The entry's acknowledgment (with its state's removal, when *clear_state*) could not be written."""
-        owed = self.owed.get(message_id)
-        self._put(message_id, "ack", Owed(owed.since if owed else self.clock(), ack=True, clear_state=clear_state))
+    def acknowledge(self, message_id: str, clear_state: bool = True, records: Sequence[Record] = ()) -> None:
+        """The entry's acknowledgment (with its state's removal, when *clear_state*) could not be written,
+        nor *records*, the run ledger's records that were to go with it."""
+        owed = self._drop(message_id, unrecorded=True)
+        size = sum(len(name) + len(value) for fields in records for name, value in fields.items())
+        if records and (not self.runs_max_entries or self.record_bytes + size > RECORD_BYTES):
+            self.counters.unrecorded(len(records))
+            records = ()
+        elif records:
+            self.record_bytes += size
+        self._put(message_id, "ack", Owed(owed.since if owed else self.clock(), ack=True, clear_state=clear_state,
+                                          records=tuple(records)))
 
     def written(self, message_id: str, field: str, value: str | None = None) -> None:
         """*field*'s own marker went through: nothing is owed for it any more (a completion
@@ -153,13 +191,13 @@ class WriteBehind:
             if marks:
                 self.owed[message_id] = replace(owed, marks=marks)
             else:
-                del self.owed[message_id]
+                self._drop(message_id)
         if value == markers.OK:
             self._remember(message_id, Owed(0.0, marks=(Mark(field, value),)))
 
     def settled(self, message_id: str, clear_state: bool = True) -> None:
         """The entry was acknowledged (or dead-lettered, its state cleared): nothing is owed for it."""
-        self.owed.pop(message_id, None)
+        self._drop(message_id, unrecorded=True)
         self._remember(message_id, Owed(0.0, ack=True, clear_state=clear_state))
 
     def _owe(self, message_id: str, kind: str, mark: Mark) -> None:
@@ -172,11 +210,22 @@ class WriteBehind:
         self.owed[message_id] = owed
         self.counters.deferred(kind)
         while len(self.owed) > self.capacity:
-            given_up, _ = self.owed.popitem(last=False)
+            given_up = next(iter(self.owed))
+            self._drop(given_up, unrecorded=True)
             self.counters.lost()
             log.warning("Too much bookkeeping owed to Redis; the oldest is given up (its entry may run again)",
                         extra={"message_id": given_up, "capacity": self.capacity})
         self._wake.set()
+
+    def _drop(self, message_id: str, unrecorded: bool = False) -> Owed | None:
+        """Forget what is owed for the entry; its records are counted as unrecorded when *unrecorded*."""
+        owed = self.owed.pop(message_id, None)
+        if owed is not None and owed.records:
+            self.record_bytes -= sum(len(name) + len(value) for fields in owed.records
+                                     for name, value in fields.items())
+            if unrecorded:
+                self.counters.unrecorded(len(owed.records))
+        return owed
 
     def _remember(self, message_id: str, owed: Owed) -> None:
         if not self.failovers:
@@ -206,9 +255,9 @@ class WriteBehind:
         if self.owed:
             log.warning("Bookkeeping still owed to Redis at stop; those entries may run again",
                         extra={"entries": len(self.owed)})
-            for _ in range(len(self.owed)):
+            for message_id in list(self.owed):
+                self._drop(message_id, unrecorded=True)
                 self.counters.lost()
-            self.owed.clear()
 
     def stop(self) -> None:
         self.stopping.set()
@@ -243,7 +292,7 @@ class WriteBehind:
         late = 0
         for message_id, owed in batch:
             if self.owed.get(message_id) is owed:   # not changed while the round trip was out
-                del self.owed[message_id]
+                self._drop(message_id)
             if now - owed.since > self.reclaim_after:
                 late += 1
                 self.counters.late()
@@ -257,12 +306,21 @@ class WriteBehind:
     def _queue(self, pipe: redis.client.Pipeline, message_id: str, owed: Owed) -> None:
         stream, group = self.address.stream, self.address.group
         key = invocation_key(stream, group, message_id)
+        if owed.ack and owed.records:
+            args: list[str | bytes | int] = [group, message_id, "1" if owed.clear_state else "0",
+                                             self.runs_max_entries]
+            for fields in owed.records:
+                args.append(2 * len(fields))
+                for name, value in fields.items():
+                    args += [name, value]
+            self._ack_and_record(keys=[stream, key, runs_stream(stream)], args=args, client=pipe)
+            return
         if owed.ack:
             pipe.xack(stream, group, message_id)
             if owed.clear_state:
                 pipe.delete(key)
             return
-        args: list[str | bytes | int] = [group, message_id, markers.STATE_TTL_SECONDS]
+        args = [group, message_id, markers.STATE_TTL_SECONDS]
         for mark in owed.marks:
             args += [mark.field, b"" if mark.expected is None else b"=" + mark.expected, mark.value]
         self._mark_if_pending(keys=[stream, key], args=args, client=pipe)
