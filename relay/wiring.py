@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
+from urllib.parse import quote
 
 import docker
 import redis
@@ -58,6 +59,7 @@ from relay.stream.backlog import Backlog
 from relay.stream.consumer import MIN_IDLE, READ_BLOCK_MS, RECLAIM_INTERVAL, Buffer, Consumer
 from relay.stream.dispatcher import Dispatcher
 from relay.stream.invocations import InvocationStore
+from relay.stream.journal import Journal
 from relay.stream.keys import StreamAddress
 from relay.stream.limits import FleetLimits
 from relay.stream.retention import Retention
@@ -128,18 +130,21 @@ def build_engine(client: redis.Redis, address: StreamAddress, *, catalog: seams.
                  max_buffered_events: int, max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
                  clock: seams.Clock = time.time_ns, slot_wait: float = SLOT_WAIT, block_ms: int = READ_BLOCK_MS,
                  reclaim_interval: float = RECLAIM_INTERVAL, min_idle: float = MIN_IDLE,
-                 limits: seams.Limits | None = None, ledger: RunLedger | None = None) -> Engine:
+                 limits: seams.Limits | None = None, ledger: RunLedger | None = None,
+                 journal: Path | None = None) -> Engine:
     """The engine for *address*; the consumer group must exist (relay.stream.group.ensure_group).
 
     Its domain events go to a PrometheusObserver on *metrics*, then to *ledger* (the run ledger, which
     the Settler writes with each settle), then to each of *observers*. *limits* replaces the fleet-wide
-    limits in Redis (tests only).
+    limits in Redis (tests only). *journal* is the file where the write-behind mirrors what it owes
+    Redis (relay.stream.journal); without one, only memory holds it.
     """
     observer = _one_observer([PrometheusObserver(metrics), *([ledger] if ledger else []), *observers])
     write_behind = WriteBehind(client, address, reclaim_after=min_idle, counters=WriteBehindCounters(
         deferred=lambda kind: metrics.bookkeeping_deferred.labels(kind).inc(), late=metrics.bookkeeping_late.inc,
         lost=metrics.bookkeeping_lost.inc, resent=metrics.bookkeeping_resent.inc,
-        unrecorded=metrics.runs_unrecorded.inc), runs_max_entries=ledger.max_entries if ledger else 0)
+        unrecorded=metrics.runs_unrecorded.inc), runs_max_entries=ledger.max_entries if ledger else 0,
+        journal=Journal(journal) if journal is not None else None)
     store = InvocationStore(client, address, write_behind)
     settler = Settler(client, address, observer, ledger, write_behind)
     slots = Slots(max_concurrency, on_wait=metrics.concurrency_waits.inc)
@@ -224,7 +229,8 @@ def build_process(config: Config, clients: Clients, *, functions_dir: str | Path
         max_event_bytes=config.max_event_bytes, reclaim_interval=timing.reclaim_interval, min_idle=timing.min_idle,
         ledger=RunLedger(client, config.stream, host=config.consumer, pid=os.getpid(),
                          max_entries=config.runs_max_entries, max_age_ms=config.runs_max_age // 1_000_000,
-                         unrecorded=metrics.runs_unrecorded.inc))
+                         unrecorded=metrics.runs_unrecorded.inc),
+        journal=Path(state_path).parent / f"owed-{quote(config.consumer, safe='')}.jsonl")
     side_loops: dict[str, Service] = {
         "backlog": Backlog(client, address, metrics, interval=timing.backlog_interval),
         "scheduler": Scheduler(catalog, Publisher(client, config.stream, metrics))}

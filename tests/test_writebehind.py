@@ -6,6 +6,8 @@ what the dispatch could not write lands without a reclaim: no handler runs
 twice. The unit tests drive one WriteBehind against a real Redis.
 """
 
+from dataclasses import replace
+
 import pytest
 
 from relay.stream import markers
@@ -259,3 +261,55 @@ def test_records_past_the_budget_are_counted_not_kept(redis_client, monkeypatch)
     owed.acknowledge("1-1", records=[{"stdout": "x" * 60}])
     owed.acknowledge("1-2", records=[{"stdout": "y" * 60}, {"stdout": "z"}])
     assert len(owed.owed["1-1"].records) == 1 and owed.owed["1-2"].records == () and unrecorded == [2]
+
+
+def test_a_worker_killed_before_redis_answered_writes_what_it_owed_when_it_starts_again(durable_redis, tmp_path):
+    journal = tmp_path / "owed-worker-1.jsonl"
+    client = relay_client(durable_redis)
+    engine = Engine(client, [AUDIT], journal=journal)
+    message_id = engine.publish({"kind": "refund"})
+    run_with_outage(engine, "audit.handler", durable_redis)
+    engine.read()
+    assert journal.stat().st_size > 0                    # then the worker is SIGKILLed: its memory is gone
+    durable_redis.start()
+    restarted = Engine(client, [AUDIT], journal=journal)
+    restarted.write_behind.recover()
+    assert list(restarted.write_behind.owed) == [message_id]
+    assert restarted.write_behind.flush()
+    assert restarted.pending() == 0 and restarted.state(message_id) == {} and journal.stat().st_size == 0
+    assert [(run.entry, run.function) for run in restarted.runs()] == [(message_id, "audit")]
+
+
+def test_what_is_still_owed_at_stop_stays_in_the_journal_for_the_next_start(redis_client, tmp_path, monkeypatch):
+    from relay.stream.journal import Journal
+
+    journal = Journal(tmp_path / "owed.jsonl")
+    owed = WriteBehind(redis_client, ADDRESS, reclaim_after=60, grace=0, journal=journal)
+    owed.claim("1-1", "audit/audit.handler", b"\xff\x00not text", markers.running(10**19, 2))
+    owed.complete("1-1", "orders/first.handler")
+    owed.acknowledge("1-2", records=[{"kind": "run", "stdout": "caf\u00e9 \udcff"}])
+    monkeypatch.setattr(owed, "flush", lambda: False)     # Redis never answers
+    owed.stop()
+    owed.loop()
+    assert Journal(journal.path).load() == {
+        "1-1": replace(owed.owed["1-1"], since=0.0), "1-2": replace(owed.owed["1-2"], since=0.0)}
+
+
+def test_a_journal_that_cannot_be_written_leaves_the_write_behind_in_memory(redis_client, tmp_path, caplog):
+    from relay.stream.journal import Journal
+
+    (tmp_path / "owed.jsonl").mkdir()                     # not a file it can open
+    owed = WriteBehind(redis_client, ADDRESS, reclaim_after=60, journal=Journal(tmp_path / "owed.jsonl"))
+    owed.acknowledge("1-1")
+    owed.acknowledge("1-2")
+    assert list(owed.owed) == ["1-1", "1-2"]
+    assert caplog.messages.count(
+        "Cannot write the write-behind's journal; what is owed to Redis is kept in memory only") == 1
+
+
+def test_unreadable_journal_lines_are_skipped(redis_client, tmp_path):
+    from relay.stream.journal import Journal
+
+    path = tmp_path / "owed.jsonl"
+    path.write_bytes(b'{"id":"1-1","ack":true,"clear":true,"marks":[]}\nnot json\n{"id": 3}\n\xff\xfe\n')
+    assert list(Journal(path).load()) == ["1-1"]

@@ -48,7 +48,9 @@ from gevent import sleep
 from gevent.event import Event
 
 from relay.stream import markers
+from relay.stream.journal import Journal
 from relay.stream.keys import StreamAddress, invocation_key, runs_stream
+from relay.stream.owed import Mark, Owed, Record
 
 log = logging.getLogger("relay.stream.writebehind")
 
@@ -93,29 +95,6 @@ end
 return acked
 """
 
-Record = dict[str, str]   # a run-ledger record's fields (relay.runs.record)
-
-
-@dataclass(frozen=True)
-class Mark:
-    """One marker to write: *value* into *field*; a claim (*expected* not None) only over *expected*."""
-
-    field: str
-    value: str
-    expected: bytes | None = None
-
-
-@dataclass(frozen=True)
-class Owed:
-    """What is owed for one entry: its markers, or its acknowledgment (which makes the markers moot)."""
-
-    since: float                                   # monotonic time of the first write that failed
-    marks: tuple[Mark, ...] = ()
-    ack: bool = False
-    clear_state: bool = True
-    records: tuple[Record, ...] = ()               # run-ledger records unsent with the acknowledgment
-
-
 @dataclass(frozen=True)
 class Counters:
     """Where WriteBehind counts (Prometheus counters' ``inc`` in the worker)."""
@@ -139,8 +118,10 @@ class _Recent:
 class WriteBehind:
     def __init__(self, client: redis.Redis, address: StreamAddress, *, reclaim_after: float,
                  capacity: int = CAPACITY, grace: float = GRACE, counters: Counters = Counters(),
-                 runs_max_entries: int = 0, clock: Callable[[], float] = time.monotonic) -> None:
+                 runs_max_entries: int = 0, journal: Journal | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.client = client
+        self.journal = journal
         self.address = address
         self.reclaim_after = reclaim_after
         self.capacity = capacity
@@ -208,6 +189,8 @@ class WriteBehind:
 
     def _put(self, message_id: str, kind: str, owed: Owed) -> None:
         self.owed[message_id] = owed
+        if self.journal is not None:
+            self.journal.record(message_id, owed)
         self.counters.deferred(kind)
         while len(self.owed) > self.capacity:
             given_up = next(iter(self.owed))
@@ -241,8 +224,10 @@ class WriteBehind:
     def loop(self) -> None:
         """Write what is owed as soon as Redis answers; after a failover, write the recent writes again.
 
-        On ``stop`` (after the drain), it tries for up to ``grace`` seconds more to write what is still
-        owed, then counts the rest as lost."""
+        It starts with what the journal says an earlier run of this worker still owed. On ``stop``
+        (after the drain), it tries for up to ``grace`` seconds more to write what is still owed; the
+        rest stays in the journal for the next start (without one, it is counted as lost)."""
+        self.recover()
         while not self.stopping.is_set():
             self._wake.clear()
             if not self.catch_up():
@@ -252,12 +237,31 @@ class WriteBehind:
         deadline = self.clock() + self.grace
         while self.owed and not self.flush() and self.clock() < deadline:
             sleep(RETRY_DELAY)
-        if self.owed:
+        if self.owed and self.journal is not None and self.journal.writable:
+            log.warning("Bookkeeping still owed to Redis at stop; it is written at the next start",
+                        extra={"entries": len(self.owed), "journal": str(self.journal.path)})
+        elif self.owed:
             log.warning("Bookkeeping still owed to Redis at stop; those entries may run again",
                         extra={"entries": len(self.owed)})
             for message_id in list(self.owed):
                 self._drop(message_id, unrecorded=True)
                 self.counters.lost()
+        if self.journal is not None:
+            self.journal.close()
+
+    def recover(self) -> None:
+        """Owe what the journal says an earlier run of this worker could not write (it was killed first)."""
+        if self.journal is None:
+            return
+        found = self.journal.load()
+        for message_id, owed in found.items():
+            if message_id not in self.owed:
+                self.owed[message_id] = replace(owed, since=self.clock())
+                self.record_bytes += sum(len(name) + len(value) for fields in owed.records
+                                         for name, value in fields.items())
+        if found:
+            log.info("Bookkeeping an earlier run owed to Redis found in the journal; writing it",
+                     extra={"entries": len(found), "journal": str(self.journal.path)})
 
     def stop(self) -> None:
         self.stopping.set()
@@ -296,6 +300,8 @@ class WriteBehind:
             if now - owed.since > self.reclaim_after:
                 late += 1
                 self.counters.late()
+        if self.journal is not None:
+            self.journal.rewrite(self.owed)
         log.info("Bookkeeping owed to Redis written", extra={
             "entries": len(batch), "late": late, "errors": len(failed)})
         if failed:

@@ -112,7 +112,8 @@ class Engine:
     """
 
     def __init__(self, client, functions, max_concurrency=8, buffered=16, env=None, observers=(), clock=None,
-                 reclaim_interval=0.0, address=ADDRESS, limits=None, slot_wait=0.05, ledger=True, **ledger_options):
+                 reclaim_interval=0.0, address=ADDRESS, limits=None, slot_wait=0.05, ledger=True, journal=None,
+                 **ledger_options):
         self.client = client
         self.clock = clock or Clock()
         self.executor = ScriptedExecutor()
@@ -127,7 +128,7 @@ class Engine:
                              metrics=self.metrics, observers=observers, max_concurrency=max_concurrency,
                              max_buffered_events=buffered,
                              clock=self.clock, slot_wait=slot_wait, block_ms=10, min_idle=0,
-                             reclaim_interval=reclaim_interval, limits=limits, ledger=self.ledger)
+                             reclaim_interval=reclaim_interval, limits=limits, ledger=self.ledger, journal=journal)
         self.settler, self.store, self.slots, self.limits = wired.settler, wired.store, wired.slots, wired.limits
         self.dispatcher, self.consumer, self.write_behind = wired.dispatcher, wired.consumer, wired.write_behind
 
