@@ -93,7 +93,7 @@ class Metrics:
         self.bookkeeping_late = counter("bookkeeping_late", "Entries whose deferred bookkeeping was written after "
                                                             "the reclaim idle time (the entry may have run again).")
         self.bookkeeping_lost = counter("bookkeeping_lost", "Entries whose deferred bookkeeping was never written "
-                                                            "(too much owed, or still owed at stop).")
+                                                            "(too much owed, or owed at stop without a journal).")
         self.bookkeeping_resent = counter("bookkeeping_resent", "Entries whose acknowledgment or markers were "
                                                                 "written again after a Redis failover.")
         self.handler_duration = Histogram("handler_duration_seconds", "Handler invocation wall time.",

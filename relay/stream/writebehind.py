@@ -25,7 +25,11 @@ reclaim later. Every write is safe to repeat or to come late:
 
 A write that landed after the reclaim idle time may have come too late (the
 entry could be running elsewhere by then) and is counted, as is one never
-written (more than ``capacity`` entries owed, or still owed at stop).
+written (more than ``capacity`` entries owed, or owed at stop without a journal).
+
+What is owed is mirrored to a journal under the state directory
+(relay.stream.journal), so a worker killed before Redis answered writes it
+when it starts again.
 
 After a Sentinel failover, the writes the old primary acknowledged in its
 last moments may never have reached the replica it was replaced by.
