@@ -99,6 +99,7 @@ end
 return acked
 """
 
+
 @dataclass(frozen=True)
 class Counters:
     """Where WriteBehind counts (Prometheus counters' ``inc`` in the worker)."""
@@ -158,7 +159,7 @@ class WriteBehind:
         """The entry's acknowledgment (with its state's removal, when *clear_state*) could not be written,
         nor *records*, the run ledger's records that were to go with it."""
         owed = self._drop(message_id, unrecorded=True)
-        size = sum(len(name) + len(value) for fields in records for name, value in fields.items())
+        size = _size(records)
         if records and (not self.runs_max_entries or self.record_bytes + size > RECORD_BYTES):
             self.counters.unrecorded(len(records))
             records = ()
@@ -208,8 +209,7 @@ class WriteBehind:
         """Forget what is owed for the entry; its records are counted as unrecorded when *unrecorded*."""
         owed = self.owed.pop(message_id, None)
         if owed is not None and owed.records:
-            self.record_bytes -= sum(len(name) + len(value) for fields in owed.records
-                                     for name, value in fields.items())
+            self.record_bytes -= _size(owed.records)
             if unrecorded:
                 self.counters.unrecorded(len(owed.records))
         return owed
@@ -261,8 +261,7 @@ class WriteBehind:
         for message_id, owed in found.items():
             if message_id not in self.owed:
                 self.owed[message_id] = replace(owed, since=self.clock())
-                self.record_bytes += sum(len(name) + len(value) for fields in owed.records
-                                         for name, value in fields.items())
+                self.record_bytes += _size(owed.records)
         if found:
             log.info("Bookkeeping an earlier run owed to Redis found in the journal; writing it",
                      extra={"entries": len(found), "journal": str(self.journal.path)})
@@ -366,6 +365,11 @@ class WriteBehind:
         log.warning("Redis failed over to a new primary; this worker's latest bookkeeping is written again",
                     extra={"primary": _address(self._primary), "entries": len(entries)})
         self.counters.resent(len(entries))
+
+
+def _size(records: Sequence[Record]) -> int:
+    """What *records* count against RECORD_BYTES: the length of their names and values."""
+    return sum(len(name) + len(value) for fields in records for name, value in fields.items())
 
 
 def _address(primary: object) -> str:
