@@ -39,10 +39,16 @@ server or the worker with it, nor keep a scrape or a delivery waiting.
   working or sending its answer, and one whose body arrives at least at the
   minimum rate. When nothing can be closed, accepting waits until a slot
   frees or a connection starts trickling.
+- **No wait on small answers.** gevent writes an answer's head and body in
+  two sends. With Nagle's algorithm on, the body of each answer after the
+  first on a kept-alive connection waited for the client's delayed
+  acknowledgment of the head: 40 ms on Linux, on every console page and
+  scrape. Connections set ``TCP_NODELAY``, as Go's net/http does.
 """
 
 from __future__ import annotations
 
+import contextlib
 import io
 import logging
 import os
@@ -160,6 +166,8 @@ class _Connection(WSGIHandler):
     def __init__(self, sock: socket.socket, address: tuple[str, int], server: BoundedWSGIServer,
                  rfile: io.BufferedReader | None = None) -> None:
         super().__init__(sock, address, server, rfile or io.BufferedReader(_ClientStream(self)))
+        with contextlib.suppress(OSError):  # a client already gone: the first read ends the connection
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.request_began = time.monotonic()  # when the server began waiting for the current request
         self.head_read_at: float | None = None  # when its head was read; None while the head is awaited
         self.received = 0                      # bytes read from the socket, all requests

@@ -276,3 +276,18 @@ def test_a_body_that_arrived_in_time_is_read_however_late_the_application_reads_
         gevent.sleep(0.1)   # the head is read alone; the body waits in the socket
         client.sendall(b"z" * 20000)
         assert read_all(client).endswith(b"got 20000")
+
+
+def test_connections_send_small_answers_at_once(server):
+    """Nagle's algorithm off: a kept-alive connection's later answers (head and body in two
+    sends) do not wait for the client's delayed acknowledgment (40 ms each on Linux)."""
+    nodelay = []
+
+    def report(environ, start_response):
+        (connection,) = served.connections
+        nodelay.append(connection.socket.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY))
+        return greet(start_response, b"")
+
+    served = server(app=report)
+    assert get(served).endswith(b"hello ")
+    assert nodelay == [1]
