@@ -68,6 +68,9 @@ def test_every_page_renders_with_the_csp_and_the_assets_are_served(console, redi
     css, js = console.get("/assets/console.css"), console.get("/assets/console.js")
     assert css.headers["Content-Type"].startswith("text/css") and "--accent" in css.text
     assert js.headers["Content-Type"].startswith("text/javascript") and "textContent" in js.text
+    icon = console.get("/assets/favicon.svg")
+    assert icon.headers["Content-Type"] == "image/svg+xml" and icon.text.startswith("<svg")
+    assert '<link rel="icon" href="/assets/favicon.svg"' in console.get("/fleet").text
     assert console.get("/assets/../app.py").status_code == 404
     assert "Content-Security-Policy" in console.get("/nothing-here").headers
 

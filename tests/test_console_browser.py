@@ -175,8 +175,9 @@ def texts(browser, selector):
 
 
 def problems(browser):
-    """What the page logged that a clean page would not: CSP violations, script errors, failed loads."""
-    return [message for message in browser.console_messages() if "favicon.ico" not in message]
+    """What the page logged that a clean page would not: CSP violations, script errors, failed loads
+    (a missing favicon included)."""
+    return browser.console_messages()
 
 
 def login(browser, base, next_path):
@@ -225,6 +226,8 @@ def test_every_page_shows_what_it_holds_and_keeps_its_policy(console, redis_clie
     page.open(f"{console.base}/runs/{ids['retried']}")
     assert '"order_id": "ord_7F3K2"' in page.driver.find_element(By.CSS_SELECTOR, "pre.event").text
     assert page.driver.find_elements(By.CSS_SELECTOR, "svg.timeline rect")
+    assert texts(page, "svg.timeline text.tl-tick")[0] == page.driver.find_element(
+        By.CSS_SELECTOR, "ol.attempts li:first-child dd:nth-of-type(2)").text[11:19]   # the first start
     assert problems(page) == []
     viewport(page, WINDOW[0], 1500)       # the event, the timeline and the first attempts
     page.screenshot("run")
@@ -232,7 +235,10 @@ def test_every_page_shows_what_it_holds_and_keeps_its_policy(console, redis_clie
 
     page.open(console.base + "/dead-letters")
     assert len(page.driver.find_elements(By.CSS_SELECTOR, "main tbody tr")) == 3
-    assert "attempts exhausted for thumbnails/resize.handler" in page.text() and "killed, exit code 137" in page.text()
+    assert texts(page, "main tbody td:nth-child(4)") == ["orders/app.charge, orders/app.receipt",
+                                                          "thumbnails/resize.handler", "orders/app.charge"]
+    assert texts(page, "main tbody td:nth-child(6)") == ["attempts exhausted"] * 3   # the functions are not repeated
+    assert "killed, exit code 137" in page.text()
     assert "Log in to redrive or purge." in page.text()
     assert problems(page) == []
     page.screenshot("dead-letters")

@@ -12,6 +12,7 @@ from relay.console.charts import (
     percentile,
     runs_chart,
 )
+from relay.console.pages import offset_text, timeline
 from relay.runs.record import SETTLEMENT, Run, RunStatus, Settled
 
 SVG = "{http://www.w3.org/2000/svg}"
@@ -140,3 +141,35 @@ def test_nothing_in_the_hour_gives_a_small_svg_that_says_so(chart):
 def test_a_window_must_be_whole_buckets():
     with pytest.raises(ValueError, match="not a whole number of 7-minute buckets"):
         duration_chart([], NOW, 60, 7)
+
+
+# --- relay.console.pages.timeline: an entry's attempts on the run page -------------------------
+
+
+def test_a_timeline_has_an_axis_from_the_first_start_in_offsets_from_it():
+    attempts = [run(THIS_MINUTE, duration=2_000.0, attempt=1, handler="app.h", status=RunStatus.FAILED),
+                run(THIS_MINUTE + MINUTE, duration=3_000.0, attempt=2, handler="app.h"),
+                run(THIS_MINUTE + 3 * MINUTE, duration=1_500.0, attempt=3, handler="app.h")]
+    root = parse(timeline(attempts))
+    ticks = [text.text for text in root.findall(f"{SVG}text") if text.get("class") == "tl-tick"]
+    assert ticks == ["10:27:00", "+1 min", "+2 min", "+3 min"]     # 181.5 s: a minute a step, at most five
+    axis = [line for line in root.findall(f"{SVG}line") if line.get("class") == "tl-axis"]
+    bars = root.findall(f"{SVG}rect")
+    assert float(axis[0].get("x1")) == float(bars[0].get("x"))
+    assert float(axis[0].get("x2")) == pytest.approx(float(bars[2].get("x")) + float(bars[2].get("width")), abs=0.1)
+    assert [float(line.get("x1")) for line in axis[1:]][:2] == [float(bars[0].get("x")), float(bars[1].get("x"))]
+    assert float(axis[0].get("y1")) > max(float(bar.get("y")) + 14 for bar in bars)
+    assert float(root.get("height")) >= float(axis[0].get("y1")) + 16
+
+
+@pytest.mark.parametrize(("milliseconds", "text"), [
+    (5, "5 ms"), (500, "500 ms"), (1_500, "1.5 s"), (15_000, "15 s"), (90_000, "90 s"), (120_000, "2 min"),
+    (3_600_000, "1 h"), (5_400_000, "90 min"),
+])
+def test_timeline_offsets_are_written_in_the_largest_whole_unit(milliseconds, text):
+    assert offset_text(milliseconds) == text
+
+
+def test_a_single_short_attempt_still_gets_an_axis():
+    root = parse(timeline([run(THIS_MINUTE, duration=0.4, attempt=1, handler="app.h")]))
+    assert [text.text for text in root.findall(f"{SVG}text") if text.get("class") == "tl-tick"][0] == "10:27:00"

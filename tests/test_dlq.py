@@ -324,3 +324,13 @@ def test_a_reason_with_expired_targets_after_the_exhausted_ones_still_names_thos
     assert mixed.targets == ("orders/app.h", "users/a.h") and mixed.functions == ("orders", "users")
     assert letter("older than max_event_age (1h): 3h12m").targets == ()
     assert letter("attempts exhausted for orders/app.h").targets == ("orders/app.h",)
+
+
+def test_a_reasons_cause_leaves_out_the_targets_it_names():
+    def letter(reason):
+        return DeadLetter.of(b"5-0", {keys.DLQ_REASON.encode(): reason.encode()})
+
+    assert letter("attempts exhausted for orders/app.h, users/a.h; older than max_event_age (1h): 3h12m").cause == (
+        "attempts exhausted; older than max_event_age (1h): 3h12m")
+    assert letter("attempts exhausted for orders/app.h").cause == "attempts exhausted"
+    assert letter("older than max_event_age (1h): 3h12m").cause == "older than max_event_age (1h): 3h12m"

@@ -4,7 +4,7 @@
     GET  /api/runs?after=<run id>&<filters>   the runs page's new rows, as JSON
     GET  /api/replay/<job>                    a replay's progress, as JSON
     POST /dead-letters/redrive /dead-letters/purge /replay /replay/<job>/add   (login and CSRF token)
-    GET  /login, POST /login /logout;  GET /assets/console.css /assets/console.js
+    GET  /login, POST /login /logout;  GET /assets/console.css /assets/console.js /assets/favicon.svg
 
 Every answer carries a strict Content-Security-Policy (scripts and styles
 from the console itself, no inline script or style, no framing) and the
@@ -43,7 +43,8 @@ CSP = ("default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' 
 SECURITY_HEADERS = (("Content-Security-Policy", CSP), ("X-Content-Type-Options", "nosniff"),
                     ("X-Frame-Options", "DENY"), ("Referrer-Policy", "no-referrer"),
                     ("Cross-Origin-Opener-Policy", "same-origin"))
-ASSETS = {"console.css": "text/css; charset=utf-8", "console.js": "text/javascript; charset=utf-8"}
+ASSETS = {"console.css": "text/css; charset=utf-8", "console.js": "text/javascript; charset=utf-8",
+          "favicon.svg": "image/svg+xml"}
 RUNS_SHOWN = 50
 DEAD_LETTERS_SHOWN = 200
 POLL_LIMIT = 100

@@ -29,6 +29,7 @@ NAV = (("/fleet", "Fleet"), ("/functions", "Functions"), ("/runs", "Runs"), ("/d
 _LAYOUT = SimpleTemplate("""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">
 <title>{{title}} · Relay console</title>
+<link rel="icon" href="/assets/favicon.svg" type="image/svg+xml">
 <link rel="stylesheet" href="/assets/console.css"><script src="/assets/console.js" defer></script></head>
 <body><header><span class="brand">Relay</span><nav>
 % for href, name in nav:
@@ -120,26 +121,59 @@ def outcome_class(run: Run) -> str:
 # --- the timeline of an entry's attempts: SVG, no style attributes ---------------------
 
 
+# Axis steps for a timeline: the first that leaves at most TIMELINE_TICKS intervals over the span.
+TIMELINE_STEPS_MS = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1_000, 2_000, 5_000, 10_000, 15_000, 30_000, 60_000,
+                     120_000, 300_000, 600_000, 900_000, 1_800_000, 3_600_000, 7_200_000, 21_600_000, 86_400_000)
+TIMELINE_TICKS = 5
+TIMELINE_LEFT = 170      # where the bars begin, right of the labels
+
+
 def timeline(runs: Sequence[Run], width: int = 720) -> str:
-    """One bar per attempt, placed by when it started and how long it ran, over the span of them all."""
+    """One bar per attempt, placed by when it started and how long it ran, over the span of them all,
+    above an axis from the first start (its UTC time) in offsets from it."""
     spans = [(run.started_ms, run.duration_ms or 0.0, run) for run in runs if run.started_ms is not None]
     if not spans:
         return ""
     first = min(start for start, _, _ in spans)
-    last = max(start + length for start, length, _ in spans)
-    scale = (width - 180) / max(last - first, 1.0)
+    span = max(max(start + length for start, length, _ in spans) - first, 1.0)
+    scale = (width - TIMELINE_LEFT - 10) / span
     rows = []
     for index, (start, length, run) in enumerate(spans):
         y = 8 + index * 22
-        x = 170 + (start - first) * scale
+        x = TIMELINE_LEFT + (start - first) * scale
         label = html.escape(shown(f"#{run.attempt if run.attempt is not None else '-'} {run.handler}")[:28])
         rows.append(f'<text x="4" y="{y + 12}" class="tl-label">{label}</text>'
                     f'<rect x="{x:.1f}" y="{y}" width="{max(length * scale, 2):.1f}" height="14" '
                     f'class="tl-{outcome_class(run)}"><title>{html.escape(shown(outcome(run)))}, '
                     f'{html.escape(duration(run.duration_ms))}</title></rect>')
-    height = 16 + 22 * len(spans)
+    axis_y = 12 + 22 * len(spans)
+    rows.append(_timeline_axis(first, span, scale, axis_y))
+    height = axis_y + 22
     return (f'<svg class="timeline" xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
             f'viewBox="0 0 {width} {height}" role="img" aria-label="attempts over time">{"".join(rows)}</svg>')
+
+
+def _timeline_axis(first_ms: int, span_ms: float, scale: float, y: int) -> str:
+    """The axis line, a tick at each step, and the labels: the first start's clock time, then offsets."""
+    step = next((step for step in TIMELINE_STEPS_MS if span_ms / step <= TIMELINE_TICKS), TIMELINE_STEPS_MS[-1])
+    end = TIMELINE_LEFT + span_ms * scale
+    parts = [f'<line x1="{TIMELINE_LEFT}" y1="{y}" x2="{end:.1f}" y2="{y}" class="tl-axis"/>']
+    for offset in range(0, int(span_ms) + 1, step):
+        x = TIMELINE_LEFT + offset * scale
+        text = when(first_ms)[11:] if offset == 0 else f"+{offset_text(offset)}"
+        anchor = "start" if offset == 0 else "middle"
+        parts.append(f'<line x1="{x:.1f}" y1="{y}" x2="{x:.1f}" y2="{y + 4}" class="tl-axis"/>'
+                     f'<text x="{x:.1f}" y="{y + 16}" text-anchor="{anchor}" class="tl-tick">{text}</text>')
+    return "".join(parts)
+
+
+def offset_text(milliseconds: int) -> str:
+    """A timeline offset: ``500 ms``, ``1.5 s``, ``90 s``, ``2 min``, ``6 h``."""
+    if milliseconds >= 3_600_000 and milliseconds % 3_600_000 == 0:
+        return f"{milliseconds // 3_600_000} h"
+    if milliseconds >= 60_000 and milliseconds % 60_000 == 0:
+        return f"{milliseconds // 60_000} min"
+    return f"{milliseconds / 1000:g} s" if milliseconds >= 1_000 else f"{milliseconds} ms"
 
 
 # --- the pages -------------------------------------------------------------------------
@@ -297,7 +331,7 @@ RUN = SimpleTemplate("""
 <dt>Worker</dt><dd>{{shown(run.worker) or '-'}} {{shown(run.mode)}} {{shown(run.container[:12])}}</dd>
 <dt>Exit code</dt><dd>{{run.exit_code if run.exit_code is not None else '-'}}</dd>
 % if run.settled is not None:
-<dt>Entry</dt><dd>{{run.settled.value}}</dd>
+<dt>Entry settled</dt><dd>{{run.settled.value}}</dd>
 % end
 % if run.error:
 <dt>Error</dt><dd class="error">{{shown(run.error)}}</dd>
@@ -339,7 +373,7 @@ DEAD_LETTERS = SimpleTemplate("""
 <td class="nowrap"><a href="/runs/{{url(letter.original_id)}}">{{shown(letter.original_id)}}</a></td>
 <td>{{shown(', '.join(letter.targets)) or '-'}}</td>
 <td>{{letter.attempts if letter.attempts is not None else shown(letter.attempts_text[:40]) or '-'}}</td>
-<td>{{shown(letter.reason)}}</td>
+<td>{{shown(letter.cause)}}</td>
 <td>
 % if letter.run_status:
 {{shown(letter.run_status)}}{{', exit code %d' % letter.exit_code if letter.exit_code is not None else ''}}

@@ -139,6 +139,16 @@ class DeadLetter:
         return tuple(found.group(1).split(", ")) if found else ()
 
     @property
+    def cause(self) -> str:
+        """The reason without the targets it names (they have a column of their own):
+        ``attempts exhausted; older than max_event_age ...``."""
+        found = _EXHAUSTED.match(self.reason)
+        if not found:
+            return self.reason
+        rest = self.reason[found.end():]
+        return f"attempts exhausted; {rest}" if rest else "attempts exhausted"
+
+    @property
     def functions(self) -> tuple[str, ...]:
         return tuple(dict.fromkeys(target.partition("/")[0] for target in self.targets))
 
